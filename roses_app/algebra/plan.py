@@ -1,0 +1,107 @@
+"""Logical plan nodes: one frozen dataclass per operator of the ROSES algebra.
+
+Every node records where it came from (feeds.yaml file:line, stream, step id) so
+that errors found while compiling or running point back at the user's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a node was written: ``file:line``, in which stream, which step."""
+
+    file: str = "<memory>"
+    line: int = 0
+    stream: str = ""
+    step: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} (stream {self.stream!r}, step {self.step})"
+
+
+@dataclass(frozen=True)
+class Node:
+    """Base of all plan nodes; ``origin`` never takes part in equality."""
+
+    origin: Origin = field(default=Origin(), compare=False, kw_only=True)
+
+    def children(self) -> tuple[Node, ...]:
+        return ()
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children():
+            yield from child.walk()
+
+
+@dataclass(frozen=True)
+class Source(Node):
+    """The events of one configured source (feed or mailbox)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Filter(Node):
+    """σ_pred: keep the items for which the XPath observer is true."""
+
+    input: Node
+    where: str
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Map(Node):
+    """μ_map: replace each item by what the XPath accessor selects (empty drops it)."""
+
+    input: Node
+    xpath: str
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Union(Node):
+    """∪: every event of every input, ordered by timestamp."""
+
+    inputs: tuple[Node, ...]
+
+    def children(self) -> tuple[Node, ...]:
+        return self.inputs
+
+
+@dataclass(frozen=True)
+class Split(Node):
+    """Ψ_split: route each item to the named output its XPath returns.
+
+    Only allowed at the root of a stream; each name becomes its own feed.
+    """
+
+    input: Node
+    by: str
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+NODE_TYPES: tuple[type[Node], ...] = (Source, Filter, Map, Union, Split)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A named continuous query of feeds.yaml: its plan and how it is published."""
+
+    name: str
+    plan: Node
+    origin: Origin = field(default=Origin(), compare=False)
+
+    @property
+    def is_split(self) -> bool:
+        return isinstance(self.plan, Split)

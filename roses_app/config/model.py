@@ -1,0 +1,94 @@
+"""Typed, frozen settings built from feeds.yaml.
+
+Settings describe what the user asked for; runtime state (ETags, backoff, offsets)
+lives elsewhere (spool, connector state) so that a config can be reloaded freely.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from roses_app.algebra.plan import Node, Origin
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Public base URL used in links inside feeds; default http://host:port
+    base_url: str | None = None
+
+    @property
+    def public_base(self) -> str:
+        return (self.base_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str = "local[*]"
+    shuffle_partitions: int = 2
+    # Seconds between micro-batches of the daemon's streaming queries.
+    trigger_seconds: float = 5.0
+    conf: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    timeout_seconds: float = 30.0
+    max_bytes: int = 20 * 1024 * 1024
+    user_agent: str = "ROSES/0.1 (+https://github.com/roses)"
+    default_every_seconds: float = 900.0
+    max_backoff_seconds: float = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("data")
+    http: HttpSettings = HttpSettings()
+    spark: SparkSettings = SparkSettings()
+    fetch: FetchSettings = FetchSettings()
+    # prefix -> namespace URI, on top of the predeclared feed namespaces
+    namespaces: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class FeedSource:
+    """``sources: NAME: {feed: URL, every: DURATION}``; URL is http(s): or file:."""
+
+    name: str
+    url: str
+    every_seconds: float
+    origin: Origin = field(default=Origin(), compare=False)
+
+
+SourceConfig = FeedSource  # mail sources join this union in a later issue
+
+
+@dataclass(frozen=True)
+class Publish:
+    """How a stream is published; ``keep_count`` items per feed document."""
+
+    title: str
+    description: str = ""
+    keep_count: int = 50
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    plan: Node
+    publish: Publish | None
+    origin: Origin = field(default=Origin(), compare=False)
+
+    @property
+    def published(self) -> bool:
+        return self.publish is not None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    settings: Settings
+    sources: dict[str, SourceConfig]
+    streams: dict[str, StreamConfig]
