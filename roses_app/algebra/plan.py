@@ -27,7 +27,7 @@ class Origin:
 class Node:
     """Base of all plan nodes; ``origin`` never takes part in equality."""
 
-    origin: Origin = field(default=Origin(), compare=False, kw_only=True)
+    origin: Origin = field(default=Origin(), compare=False, repr=False, kw_only=True)
 
     def children(self) -> tuple[Node, ...]:
         return ()
@@ -100,7 +100,7 @@ class Stream:
 
     name: str
     plan: Node
-    origin: Origin = field(default=Origin(), compare=False)
+    origin: Origin = field(default=Origin(), compare=False, repr=False)
 
     @property
     def is_split(self) -> bool:

@@ -1,0 +1,178 @@
+"""``roses replay``: evaluate the configured streams on a finite event list.
+
+Input: JSON Lines, one ``{"source": NAME, "ts": ISO-8601 or integer, "item": XML}``
+per line.  Output: ``DIR/STREAM.jsonl`` (split outputs ``DIR/STREAM/VALUE.jsonl``),
+one ``{"ts": ..., "item": ...}`` per output event in output order.  Integer times
+are abstract ticks and come out as integers; ISO-8601 times come out as ISO-8601 UTC.
+Both engines write identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote
+
+from roses_app.algebra.plan import Split, Stream
+from roses_app.algebra.reference import RefEvent, RefInput, evaluate_stream
+from roses_app.config.model import Config
+from roses_app.errors import RosesError
+from roses_app.items import Event, iso8601, micros_of, parse_item
+
+Outputs = dict[str, dict[str, list[RefEvent]]]  # stream -> part -> events
+
+
+class ReplayInputError(RosesError, ValueError):
+    """The events file has mistakes (each reported with its line)."""
+
+
+@dataclass(frozen=True)
+class EventList:
+    events: list[RefInput]
+    iso_times: bool  # True: ts were ISO-8601 and are µs since the epoch
+
+
+def _parse_ts(value: object) -> tuple[int, bool]:
+    if isinstance(value, bool):
+        raise ValueError("ts must be an integer or an ISO-8601 string, not a boolean")
+    if isinstance(value, int):
+        return value, False
+    if isinstance(value, str):
+        try:
+            return micros_of(datetime.fromisoformat(value.replace("Z", "+00:00"))), True
+        except ValueError as exc:
+            raise ValueError(f"ts {value!r} is not ISO-8601 (e.g. 2024-05-01T12:00:00Z)") from exc
+    raise ValueError(f"ts must be an integer or an ISO-8601 string, got {type(value).__name__}")
+
+
+def _parse_line(line: str) -> tuple[str, int, bool, str]:
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError("each line must be a JSON object")
+    missing = [k for k in ("source", "ts", "item") if k not in record]
+    if missing:
+        raise ValueError(f"missing key(s): {', '.join(missing)}")
+    extra = sorted(set(record) - {"source", "ts", "item"})
+    if extra:
+        raise ValueError(f"unknown key(s): {', '.join(extra)} (expected: source, ts, item)")
+    source, item = record["source"], record["item"]
+    if not isinstance(source, str) or not isinstance(item, str):
+        raise ValueError("source and item must be strings")
+    parse_item(item)  # a broken item is an input mistake, reported with its line
+    ts, iso = _parse_ts(record["ts"])
+    return source, ts, iso, item
+
+
+def read_events(path: Path) -> EventList:
+    """Read and check the whole file; all mistakes are reported together."""
+    events: list[RefInput] = []
+    kinds: set[bool] = set()
+    problems: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                source, ts, iso, item = _parse_line(line)
+            except ValueError as exc:  # json, XML syntax and our checks all derive from it
+                problems.append(f"{path}:{number}: {exc}")
+                continue
+            kinds.add(iso)
+            events.append(RefInput(source, ts, number, item))
+    if len(kinds) > 1:
+        problems.append(f"{path}: mixes integer and ISO-8601 times; use one kind")
+    if problems:
+        raise ReplayInputError("\n".join(problems))
+    return EventList(events, iso_times=kinds == {True})
+
+
+def run_reference(config: Config, events: EventList) -> Outputs:
+    ns = config.settings.namespaces
+    return {
+        name: evaluate_stream(sc_stream(config, name), events.events, ns) for name in config.streams
+    }
+
+
+def sc_stream(config: Config, name: str) -> Stream:
+    stream = config.streams[name]
+    return Stream(stream.name, stream.plan, stream.origin)
+
+
+def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -> Outputs:
+    """Evaluate through the Spark compiler: the same queries the daemon runs."""
+    from roses_app.spark.runner import await_all, start_queries
+    from roses_app.spark.session import build_session
+    from roses_app.spool import write_events
+
+    work = Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
+    try:
+        log_dir = work / "spool" / "log"
+        write_events(
+            log_dir / "events.jsonl",
+            [Event(e.source, e.ts, e.seq, e.item) for e in events.events],
+        )
+        spark = build_session(config.settings.spark, config.settings.data_dir / "cache")
+        collected: Outputs = {name: {} for name in config.streams}
+
+        def sink(_qid: str, _batch: int, rows: list[tuple[str, str, int, int, str]]) -> None:
+            for stream, part, ts, seq, item in rows:
+                collected[stream].setdefault(part, []).append(RefEvent(ts, seq, item))
+
+        streams = [sc_stream(config, name) for name in config.streams]
+        queries = start_queries(
+            spark, streams, config.settings.namespaces, log_dir, work / "checkpoints", sink, once=True
+        )
+        await_all(queries)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for name, stream in config.streams.items():
+        if not isinstance(stream.plan, Split):
+            collected[name].setdefault("", [])
+    return {name: {part: sorted(evs) for part, evs in parts.items()} for name, parts in collected.items()}
+
+
+def _format_ts(ts: int, iso: bool) -> int | str:
+    return iso8601(ts) if iso else ts
+
+
+def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path]:
+    """Write DIR/STREAM.jsonl, or DIR/STREAM/VALUE.jsonl for split outputs."""
+    written: list[Path] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stream, parts in outputs.items():
+        for part, events in sorted(parts.items()):
+            path = out_dir / f"{stream}.jsonl" if part == "" else out_dir / stream / f"{part_filename(part)}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                for event in events:
+                    record = {"ts": _format_ts(event.ts, iso_times), "item": event.item}
+                    fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            written.append(path)
+        if not parts:
+            (out_dir / stream).mkdir(parents=True, exist_ok=True)
+    return written
+
+
+def part_filename(part: str) -> str:
+    """A split value as one safe file name ('/' and other specials are %-quoted)."""
+    name = quote(part, safe=" -_.,()'+@")
+    return "%2E" + name[1:] if name.startswith(".") else name
+
+
+def replay(config: Config, events_path: Path, out_dir: Path, engine: str) -> list[Path]:
+    events = read_events(events_path)
+    if engine == "reference":
+        outputs = run_reference(config, events)
+    elif engine == "spark":
+        outputs = run_spark(config, events)
+    else:
+        raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
+    return write_outputs(outputs, out_dir, events.iso_times)
+
+
+__all__: Sequence[str] = ["ReplayInputError", "read_events", "replay", "run_reference", "run_spark", "write_outputs"]

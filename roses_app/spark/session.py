@@ -1,0 +1,46 @@
+"""Building the SparkSession ROSES runs on."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from roses_app.config.model import SparkSettings
+from roses_app.javaenv import apply_java_env
+
+log = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def session_conf(settings: SparkSettings) -> dict[str, str]:
+    conf = {
+        "spark.master": settings.master,
+        "spark.app.name": "roses",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # One Python worker per core, reused, so compiled expressions stay cached.
+        "spark.python.worker.reuse": "true",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    }
+    conf.update(dict(settings.conf))
+    return conf
+
+
+def build_session(settings: SparkSettings, cache_dir: Path) -> SparkSession:
+    """Get or create the SparkSession, making sure a usable Java runtime is there."""
+    apply_java_env(cache_dir)
+    builder = SparkSession.builder
+    for key, value in session_conf(settings).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

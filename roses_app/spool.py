@@ -1,0 +1,174 @@
+"""The spool: the durable, append-only log between connectors and Spark.
+
+Layout under ``data_dir/spool``::
+
+    log/   one JSON Lines file per append, named by its first seq; Spark's file
+           source reads this folder as a stream and records in its checkpoint
+           which files it has processed, so a restart neither loses nor repeats.
+    tmp/   files being written; renamed into log/ only once fsynced.
+    index.sqlite   dedup keys (source, guid or link, content hash), the files
+           already indexed, and the last seq/ts handed out.
+
+Crash safety: a file is written to tmp/, fsynced, atomically renamed into log/,
+and the directory fsynced; only then are its keys committed to the index.  When the
+process dies between the two, opening the spool re-indexes any log file the index
+does not know, so an item is never lost and never appended twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from roses_app.errors import SpoolError
+from roses_app.items import MICROS, Event, dedup_key
+
+log = logging.getLogger(__name__)
+
+SPARK_SCHEMA_DDL = "source STRING, ts BIGINT, seq BIGINT, item STRING, published BIGINT, key STRING"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS files (name TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+def wall_clock_micros() -> int:
+    return time.time_ns() // 1000
+
+
+class Spool:
+    """Append-only, deduplicating, crash-safe event log."""
+
+    def __init__(self, root: Path, clock: Callable[[], int] = wall_clock_micros) -> None:
+        self.root = Path(root)
+        self.log_dir = self.root / "log"
+        self.tmp_dir = self.root / "tmp"
+        self._clock = clock
+        self._lock = threading.Lock()
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.root / "index.sqlite", check_same_thread=False)
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise SpoolError(f"cannot open the spool at {self.root}: {exc}") from exc
+        self._recover()
+
+    # -- recovery ---------------------------------------------------------------
+    def _recover(self) -> None:
+        for leftover in self.tmp_dir.iterdir():
+            leftover.unlink()  # never renamed, so never visible to Spark: discard
+        known = {row[0] for row in self._db.execute("SELECT name FROM files")}
+        for path in sorted(self.log_dir.glob("*.jsonl")):
+            if path.name not in known:
+                log.warning("spool: re-indexing %s (the last append was interrupted)", path.name)
+                self._index(path.name, list(read_file(path)))
+
+    def _counter(self, name: str) -> int:
+        row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _index(self, name: str, events: Sequence[Event]) -> None:
+        with self._db:
+            self._db.executemany("INSERT OR IGNORE INTO keys VALUES (?)", [(e.key,) for e in events])
+            self._db.execute("INSERT OR IGNORE INTO files VALUES (?)", (name,))
+            if events:
+                for counter, value in (("seq", max(e.seq for e in events)), ("ts", max(e.ts for e in events))):
+                    self._db.execute(
+                        "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
+                        "SET value = max(value, excluded.value)",
+                        (counter, value),
+                    )
+
+    # -- appending --------------------------------------------------------------
+    def next_ts(self) -> int:
+        """The ingest timestamp of the next append: monotone even across restarts."""
+        return max(self._clock(), self._counter("ts") + 1)
+
+    def append(self, source: str, items: Sequence[tuple[str, int | None]]) -> list[Event]:
+        """Append the items not seen before; all get one ingest timestamp.
+
+        Returns the events actually appended (duplicates are dropped).
+        """
+        with self._lock:
+            fresh: list[tuple[str, str, int | None]] = []
+            seen_now: set[str] = set()
+            for xml, published in items:
+                key = dedup_key(source, xml)
+                if key in seen_now or self._known(key):
+                    continue
+                seen_now.add(key)
+                fresh.append((key, xml, published))
+            if not fresh:
+                return []
+            ts = self.next_ts()
+            first = self._counter("seq") + 1
+            events = [
+                Event(source=source, ts=ts, seq=first + n, item=xml, published=pub, key=key)
+                for n, (key, xml, pub) in enumerate(fresh)
+            ]
+            name = f"{first:020d}-{uuid.uuid4().hex[:8]}.jsonl"
+            self._write_durably(name, events)
+            self._index(name, events)
+            return events
+
+    def _known(self, key: str) -> bool:
+        return self._db.execute("SELECT 1 FROM keys WHERE key = ?", (key,)).fetchone() is not None
+
+    def _write_durably(self, name: str, events: Sequence[Event]) -> None:
+        tmp = self.tmp_dir / name
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for event in events:
+                    fh.write(json.dumps(asdict(event), ensure_ascii=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.log_dir / name)
+            dir_fd = os.open(self.log_dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise SpoolError(f"cannot append to the spool at {self.root}: {exc}") from exc
+
+    # -- reading ----------------------------------------------------------------
+    def events(self) -> Iterator[Event]:
+        """Every event in the spool, in seq order."""
+        for path in sorted(self.log_dir.glob("*.jsonl")):
+            yield from read_file(path)
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM keys").fetchone()[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def read_file(path: Path) -> Iterator[Event]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield Event(**json.loads(line))
+
+
+def write_events(path: Path, events: Sequence[Event]) -> None:
+    """Write events as one spool file (used by replay to feed Spark a finite list)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for event in events:
+            fh.write(json.dumps(asdict(event), ensure_ascii=False) + "\n")
+
+
+__all__ = ["MICROS", "SPARK_SCHEMA_DDL", "Spool", "read_file", "write_events"]

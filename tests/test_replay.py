@@ -1,0 +1,70 @@
+"""Replay fixtures: a config, an event list and the expected output files.
+
+Each fixture runs through the reference evaluator and through Spark; both must write
+exactly the expected files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from roses_app.config import load_config
+from roses_app.replay import ReplayInputError, read_events, replay
+
+from .conftest import DATA
+
+FIXTURES = sorted(p for p in (DATA / "replay").iterdir() if (p / "events.jsonl").exists())
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.jsonl"))}
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_reference_engine_matches_expected(fixture: Path, tmp_path: Path) -> None:
+    config = load_config(fixture / "feeds.yaml")
+    replay(config, fixture / "events.jsonl", tmp_path, "reference")
+    assert tree(tmp_path) == tree(fixture / "expected")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_spark_engine_matches_expected(fixture: Path, tmp_path: Path, spark: object) -> None:
+    config = load_config(fixture / "feeds.yaml")
+    replay(config, fixture / "events.jsonl", tmp_path, "spark")
+    assert tree(tmp_path) == tree(fixture / "expected")
+
+
+def test_iso_times_come_back_as_iso(tmp_path: Path) -> None:
+    fixture = DATA / "replay" / "spine"
+    iso_events = tmp_path / "iso.jsonl"
+    lines = (fixture / "events.jsonl").read_text().splitlines()
+    with open(iso_events, "w") as fh:
+        for line in lines:
+            record = json.loads(line)
+            record["ts"] = f"2024-05-0{record['ts']}T12:00:00+02:00"
+            fh.write(json.dumps(record) + "\n")
+    replay(load_config(fixture / "feeds.yaml"), iso_events, tmp_path / "out", "reference")
+    first = json.loads((tmp_path / "out" / "volcano.jsonl").read_text().splitlines()[0])
+    assert first["ts"] == "2024-05-01T10:00:00Z"
+
+
+def test_bad_event_lines_are_all_reported_with_their_line(tmp_path: Path) -> None:
+    events = tmp_path / "bad.jsonl"
+    events.write_text(
+        '{"source": "a", "ts": 1, "item": "<item/>"}\n'
+        "not json\n"
+        '{"source": "a", "ts": 2}\n'
+        '{"source": "a", "ts": 3, "item": "<item><broken"}\n'
+        '{"source": "a", "ts": "yesterday", "item": "<item/>"}\n'
+    )
+    with pytest.raises(ReplayInputError) as info:
+        read_events(events)
+    message = str(info.value)
+    for line in (2, 3, 4, 5):
+        assert f"bad.jsonl:{line}:" in message
+    assert "bad.jsonl:1:" not in message
+    assert "missing key(s): item" in message

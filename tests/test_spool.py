@@ -1,0 +1,54 @@
+"""The spool: dedup, monotone timestamps, crash recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from roses_app.spool import Spool
+
+
+def items(*guids: str) -> list[tuple[str, int | None]]:
+    return [(f"<item><title>t{g}</title><guid>{g}</guid></item>", None) for g in guids]
+
+
+def test_duplicates_are_dropped_and_updates_kept(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, clock=lambda: 1000)
+    assert [e.seq for e in spool.append("a", items("1", "2", "2"))] == [1, 2]
+    assert spool.append("a", items("1", "2")) == []
+    # the same guid from another source, or with new content, is a new event
+    again = spool.append("b", items("1"))
+    changed = spool.append("a", [("<item><title>new</title><guid>1</guid></item>", None)])
+    assert [e.seq for e in again + changed] == [3, 4]
+    assert spool.count() == 4
+
+
+def test_timestamps_are_monotone_even_when_the_clock_goes_back(tmp_path: Path) -> None:
+    times = iter([5000, 4000])
+    spool = Spool(tmp_path, clock=lambda: next(times))
+    first = spool.append("a", items("1", "2"))
+    second = spool.append("a", items("3"))
+    assert {e.ts for e in first} == {5000}
+    assert second[0].ts == 5001
+    spool.close()
+    reopened = Spool(tmp_path, clock=lambda: 10)
+    assert reopened.append("a", items("4"))[0].ts == 5002
+
+
+def test_interrupted_append_is_reindexed_not_lost_or_repeated(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, clock=lambda: 1000)
+    spool.append("a", items("1"))
+    spool.close()
+    # Simulate a crash after the rename into log/ but before the index commit.
+    orphan = {"source": "a", "ts": 2000, "seq": 2, "item": items("2")[0][0], "published": None}
+    from roses_app.items import dedup_key
+
+    orphan["key"] = dedup_key("a", orphan["item"])
+    (tmp_path / "log" / "00000000000000000002-deadbeef.jsonl").write_text(json.dumps(orphan) + "\n")
+    (tmp_path / "tmp" / "half-written.jsonl").write_text("{")
+    reopened = Spool(tmp_path, clock=lambda: 1500)
+    assert reopened.append("a", items("1", "2")) == []
+    new = reopened.append("a", items("3"))
+    assert new[0].seq == 3 and new[0].ts == 2001
+    assert [e.seq for e in reopened.events()] == [1, 2, 3]
+    assert not list((tmp_path / "tmp").iterdir())
