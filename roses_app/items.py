@@ -104,3 +104,11 @@ def micros_of(dt: datetime) -> int:
         dt = dt.replace(tzinfo=UTC)
     delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * MICROS + delta.microseconds
+
+
+def safe_filename(name: str) -> str:
+    """A split value as one file name: '/' and other specials %-quoted, no leading dot."""
+    from urllib.parse import quote
+
+    quoted = quote(name, safe=" -_,()'+@.")
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted

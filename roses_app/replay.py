@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import quote
 
 from roses_app.algebra.plan import Split, Stream
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_stream
 from roses_app.config.model import Config
 from roses_app.errors import RosesError
-from roses_app.items import Event, iso8601, micros_of, parse_item
+from roses_app.items import Event, iso8601, micros_of, parse_item, safe_filename
 
 Outputs = dict[str, dict[str, list[RefEvent]]]  # stream -> part -> events
 
@@ -79,7 +78,7 @@ def read_events(path: Path) -> EventList:
                 continue
             try:
                 source, ts, iso, item = _parse_line(line)
-            except ValueError as exc:  # json, XML syntax and our checks all derive from it
+            except (ValueError, SyntaxError) as exc:  # bad JSON, our checks; lxml: SyntaxError
                 problems.append(f"{path}:{number}: {exc}")
                 continue
             kinds.add(iso)
@@ -146,7 +145,7 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     for stream, parts in outputs.items():
         for part, events in sorted(parts.items()):
-            path = out_dir / f"{stream}.jsonl" if part == "" else out_dir / stream / f"{part_filename(part)}.jsonl"
+            path = out_dir / f"{stream}.jsonl" if part == "" else out_dir / stream / f"{safe_filename(part)}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 for event in events:
@@ -156,12 +155,6 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
         if not parts:
             (out_dir / stream).mkdir(parents=True, exist_ok=True)
     return written
-
-
-def part_filename(part: str) -> str:
-    """A split value as one safe file name ('/' and other specials are %-quoted)."""
-    name = quote(part, safe=" -_.,()'+@")
-    return "%2E" + name[1:] if name.startswith(".") else name
 
 
 def replay(config: Config, events_path: Path, out_dir: Path, engine: str) -> list[Path]:

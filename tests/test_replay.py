@@ -14,7 +14,7 @@ import pytest
 from roses_app.config import load_config
 from roses_app.replay import ReplayInputError, read_events, replay
 
-from .conftest import DATA
+DATA = Path(__file__).resolve().parent / "data"
 
 FIXTURES = sorted(p for p in (DATA / "replay").iterdir() if (p / "events.jsonl").exists())
 

@@ -1,5 +1,7 @@
 """feeds.yaml: loading, validation and the typed model."""
 
+from roses_app.config.durations import parse_duration, parse_size
+from roses_app.config.loader import format_problems, load_config, parse_config
 from roses_app.config.model import (
     Config,
     FeedSource,
@@ -22,4 +24,9 @@ __all__ = [
     "SourceConfig",
     "SparkSettings",
     "StreamConfig",
+    "format_problems",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "parse_size",
 ]

@@ -76,13 +76,20 @@ def start_queries(
     *,
     once: bool = False,
     trigger_seconds: float = 5.0,
+    on_fresh: Callable[[str, str], None] | None = None,
 ) -> list[RunningQuery]:
-    """Start one query per stream; ``once`` processes what is there and stops."""
+    """Start one query per stream; ``once`` processes what is there and stops.
+
+    ``on_fresh(stream, query_id)`` is called for a query with no checkpoint yet (a new
+    or changed stream), before it starts: it will recompute from the whole spool.
+    """
     checkpoint_root.mkdir(parents=True, exist_ok=True)
     running: list[RunningQuery] = []
     for stream in streams:
         qid = query_id(stream, namespaces)
         _drop_stale_checkpoints(checkpoint_root, stream.name, qid)
+        if on_fresh is not None and not (checkpoint_root / qid).exists():
+            on_fresh(stream.name, qid)
         writer = (
             stream_frame(spark, log_dir, stream, namespaces)
             .writeStream.queryName(qid.replace("-", "_"))

@@ -1,0 +1,327 @@
+"""feeds.yaml → :class:`~roses_app.config.model.Config`, reporting every mistake at once.
+
+``load_config(path)`` reads the file, parses it with line marks
+(:mod:`roses_app.config.yamlmarks`), validates ``settings``, ``sources`` and
+``streams`` (closed key sets at every level, types, durations, sizes, names, URLs,
+references, cycles, XPath syntax) and builds each stream's logical plan
+(:mod:`roses_app.config.streams`).  Any problem anywhere raises one
+:class:`~roses_app.errors.ConfigError` holding all of them, each a
+:class:`~roses_app.errors.ConfigProblem` (file, line, message) sorted by line.
+
+Relative paths (``data_dir``, ``file:`` feed URLs) resolve against the directory of
+the config file; ``file:`` URLs are stored absolute (``file:///...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from roses_app.algebra.plan import Node, Origin
+from roses_app.config.fields import Problems, Section, check_name
+from roses_app.config.model import (
+    Config,
+    FeedSource,
+    FetchSettings,
+    HttpSettings,
+    Publish,
+    Settings,
+    SourceConfig,
+    SparkSettings,
+    StreamConfig,
+)
+from roses_app.config.streams import StreamPlanner, XPathChecker
+from roses_app.config.yamlmarks import Marked, describe, load
+from roses_app.errors import ConfigError, ConfigProblem
+
+TOP_KEYS = ("settings", "sources", "streams")
+_NCNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate feeds.yaml; raise ConfigError with every problem found."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            [ConfigProblem(str(path), 0, f"cannot read the config file: {reason}")]
+        ) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            [ConfigProblem(str(path), line, "the config file is not UTF-8 text (save it as UTF-8)")]
+        ) from None
+    return parse_config(text, path)
+
+
+def parse_config(
+    text: str, path: str | Path, *, xpath_checker: XPathChecker | None = None
+) -> Config:
+    """Validate config ``text`` as if read from ``path`` (which anchors relative paths)."""
+    path = Path(path)
+    file = str(path)
+    base_dir = Path(os.path.abspath(path)).parent
+    problems = Problems(file)
+    if xpath_checker is None:
+        from roses_app.xmlfn import check_xpath  # lazily: xmlfn loads lxml and elementpath
+
+        xpath_checker = check_xpath
+
+    root = load(text, problems.add)
+    if root is None:
+        if not problems:
+            problems.add(1, "the config file is empty (expected settings, sources and streams)")
+        raise ConfigError(problems.result())
+    if not root.is_map:
+        problems.add(
+            root.line,
+            "the config file must be a mapping with settings, sources and streams, "
+            f"got {describe(root)}",
+        )
+        raise ConfigError(problems.result())
+    top = Section(
+        problems,
+        root,
+        "the top level",
+        required=("sources", "streams"),
+        optional=("settings",),
+        line=1,
+        order=TOP_KEYS,
+    )
+
+    # an empty section (``streams:`` with nothing after it) is an empty mapping
+    section = {key: top.get(key) for key in TOP_KEYS}
+    section = {k: v if v is not None and v.value is not None else None for k, v in section.items()}
+    settings = _settings(problems, section["settings"], base_dir)
+    sources, declared = _sources(problems, section["sources"], base_dir, settings.fetch)
+    streams = _streams(problems, file, section["streams"], declared, settings, xpath_checker)
+
+    if problems:
+        raise ConfigError(problems.result())
+    return Config(
+        path=Path(os.path.abspath(path)), settings=settings, sources=sources, streams=streams
+    )
+
+
+def format_problems(problems: Iterable[ConfigProblem]) -> str:
+    """One ``file:line: message`` per line (``file: message`` when no line applies)."""
+    return "\n".join(
+        f"{p.file}:{p.line}: {p.message}" if p.line > 0 else f"{p.file}: {p.message}"
+        for p in problems
+    )
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settings:
+    d = Settings()
+    s = Section(
+        problems, node, "settings", optional=("data_dir", "http", "spark", "fetch", "namespaces")
+    )
+
+    data_dir = s.string("data_dir", None)
+    data_path = _local_path(data_dir if data_dir is not None else str(d.data_dir), base_dir)
+
+    h = s.section("http", optional=("host", "port", "base_url"))
+    base_url = h.string("base_url", None)
+    if base_url is not None and not _is_http_url(base_url):
+        problems.add(
+            h.values["base_url"].line,
+            f"settings.http.base_url must be an http:// or https:// URL, got {base_url!r}",
+        )
+        base_url = None
+    http = HttpSettings(
+        host=h.string("host", d.http.host),
+        port=h.integer("port", d.http.port, minimum=0, maximum=65535),
+        base_url=base_url,
+    )
+
+    sp = s.section("spark", optional=("master", "shuffle_partitions", "trigger", "conf"))
+    spark = SparkSettings(
+        master=sp.string("master", d.spark.master),
+        shuffle_partitions=sp.integer("shuffle_partitions", d.spark.shuffle_partitions, minimum=1),
+        trigger_seconds=sp.duration("trigger", d.spark.trigger_seconds),
+        conf=tuple((k, v) for k, v, _ in sp.string_map("conf")),
+    )
+
+    f = s.section("fetch", optional=("timeout", "max_bytes", "user_agent", "every", "max_backoff"))
+    fetch = FetchSettings(
+        timeout_seconds=f.duration("timeout", d.fetch.timeout_seconds),
+        max_bytes=f.size("max_bytes", d.fetch.max_bytes),
+        user_agent=f.string("user_agent", d.fetch.user_agent),
+        default_every_seconds=f.duration("every", d.fetch.default_every_seconds),
+        max_backoff_seconds=f.duration("max_backoff", d.fetch.max_backoff_seconds),
+    )
+
+    namespaces = []
+    for prefix, uri, line in s.string_map("namespaces"):
+        if not _NCNAME.fullmatch(prefix) or prefix.lower().startswith("xml"):
+            problems.add(
+                line,
+                f"invalid namespace prefix {prefix!r} in settings.namespaces "
+                "(use a name such as geo or media2, not starting with xml)",
+            )
+        elif not uri.strip():
+            problems.add(line, f"settings.namespaces.{prefix} must be a namespace URI, not empty")
+        else:
+            namespaces.append((prefix, uri))
+
+    return Settings(
+        data_dir=data_path, http=http, spark=spark, fetch=fetch, namespaces=tuple(namespaces)
+    )
+
+
+def _local_path(text: str, base_dir: Path) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    return Path(os.path.normpath(path))
+
+
+def _is_http_url(text: str) -> bool:
+    parts = urlsplit(text)
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+
+
+# -- sources -------------------------------------------------------------------------------
+
+
+def _sources(
+    problems: Problems, node: Marked | None, base_dir: Path, fetch: FetchSettings
+) -> tuple[dict[str, SourceConfig], dict[str, int]]:
+    """The valid sources, and the line of every declared source name (valid or not,
+    so that references to a broken source do not cascade into more problems)."""
+    out: dict[str, SourceConfig] = {}
+    declared: dict[str, int] = {}
+    if node is None:
+        return out, declared
+    if not node.is_map:
+        problems.add(
+            node.line, f"sources must be a mapping of source names to sources, got {describe(node)}"
+        )
+        return out, declared
+    file = problems.file
+    for name, value in node.value.items():
+        line = node.key_line(name)
+        declared[name] = line
+        check_name(problems, name, line, "source")
+        what = f"sources.{name}"
+        if value.is_map and "mail" in value.value:
+            problems.add(
+                value.key_line("mail"),
+                f"{what}: mail sources are not supported yet (use feed: URL)",
+            )
+            continue
+        s = Section(problems, value, what, required=("feed",), optional=("every",), line=line)
+        every = s.duration("every", fetch.default_every_seconds)
+        url = None
+        feed = s.string("feed", None)
+        if feed is not None:
+            try:
+                url = feed_url(feed, base_dir)
+            except ValueError as exc:
+                problems.add(s.values["feed"].line, f"{what}.feed: {exc}")
+        if url is not None:
+            out[name] = FeedSource(
+                name=name,
+                url=url,
+                every_seconds=every,
+                origin=Origin(file, line, "", f"source:{name}"),
+            )
+    return out, declared
+
+
+def feed_url(text: str, base_dir: Path) -> str:
+    """A feed URL as stored: http(s) unchanged; ``file:`` made absolute (``file:///...``)."""
+    text = text.strip()
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        if not parts.netloc:
+            raise ValueError(f"{text!r} has no host (write e.g. https://example.org/feed.xml)")
+        return text
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(
+                f"{text!r} is not a local file (write file:PATH or "
+                "file:///ABSOLUTE/PATH; relative paths start at the config's folder)"
+            )
+        local = unquote(parts.path)
+        if not local:
+            raise ValueError(f"{text!r} names no file (write e.g. file:feeds/sample.xml)")
+        return _local_path(local, base_dir).as_uri()
+    raise ValueError(f"a feed URL must start with http://, https:// or file:, got {text!r}")
+
+
+# -- streams -------------------------------------------------------------------------------
+
+
+def _streams(
+    problems: Problems,
+    file: str,
+    node: Marked | None,
+    declared: dict[str, int],
+    settings: Settings,
+    xpath_checker: XPathChecker,
+) -> dict[str, StreamConfig]:
+    if node is None:
+        return {}
+    if not node.is_map:
+        problems.add(
+            node.line, f"streams must be a mapping of stream names to streams, got {describe(node)}"
+        )
+        return {}
+    bodies: dict[str, Marked] = node.value
+    for name in node.value:
+        line = node.key_line(name)
+        check_name(problems, name, line, "stream")
+        if name in declared:
+            problems.add(
+                line,
+                f"stream {name!r} has the same name as the source at line {declared[name]}; "
+                "sources and streams share one namespace (rename one of them)",
+            )
+
+    planner = StreamPlanner(
+        problems, file, list(declared), bodies, settings.namespaces, xpath_checker
+    )
+    out: dict[str, StreamConfig] = {}
+    for name, body in bodies.items():
+        line = node.key_line(name)
+        plan: Node | None = planner.plan(name)
+        publish = _publish(problems, name, body.value.get("publish") if body.is_map else None)
+        if plan is not None:
+            out[name] = StreamConfig(
+                name=name, plan=plan, publish=publish, origin=Origin(file, line, name, name)
+            )
+    return out
+
+
+def _publish(problems: Problems, stream: str, value: Marked | None) -> Publish | None:
+    if value is None:
+        return None
+    what = f"streams.{stream}.publish"
+    if isinstance(value.value, bool):
+        return Publish(title=stream) if value.value else None
+    if not value.is_map:
+        problems.add(
+            value.line,
+            f"{what} must be true, false or a mapping "
+            f"(title, description, keep), got {describe(value)}",
+        )
+        return None
+    s = Section(problems, value, what, optional=("title", "description", "keep"))
+    keep = s.section("keep", optional=("count",))
+    return Publish(
+        title=s.string("title", stream),
+        description=s.string("description", "", empty_ok=True),
+        keep_count=keep.integer("count", Publish(title="").keep_count, minimum=1),
+    )

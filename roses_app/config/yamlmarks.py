@@ -1,0 +1,222 @@
+"""YAML with line numbers: every mapping, sequence and scalar remembers where it was written.
+
+PyYAML's ``safe_load`` forgets positions and silently keeps the last of two equal keys.
+Here the document is composed into PyYAML's node graph and turned into a tree of
+:class:`Marked` values instead: mappings (``dict[str, Marked]`` plus the line of every
+key), sequences (``list[Marked]``) and scalars (the Python value the YAML 1.1 safe
+resolver gives: str, int, float, bool, None, dates).  Lines are 1-based.
+
+Mapping keys are kept as their source text (``yes:`` is the key ``"yes"``, ``8080:`` the
+key ``"8080"``), since feeds.yaml keys are names.  Duplicate keys, non-scalar keys,
+recursive aliases, unknown tags and syntax errors are reported, not raised, so that the
+loader can go on and report every other problem of the file too.  Merge keys
+(``<<: *anchor``) work as in YAML 1.1: the mapping's own keys win, silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+Report = Callable[[int, str], None]
+
+
+@dataclass(eq=False)
+class Marked:
+    """One YAML value and the 1-based line where it starts.
+
+    ``value`` is ``dict[str, Marked]`` for a mapping (then ``key_lines`` gives each
+    key's own line), ``list[Marked]`` for a sequence, else a plain Python scalar (and
+    ``text`` the scalar as written).
+    """
+
+    value: Any
+    line: int
+    key_lines: dict[str, int] = field(default_factory=dict)
+    # a scalar's text as written (``2024`` for the int 2024); None for mappings and lists
+    text: str | None = None
+
+    @property
+    def is_map(self) -> bool:
+        return isinstance(self.value, dict)
+
+    @property
+    def is_seq(self) -> bool:
+        return isinstance(self.value, list)
+
+    @property
+    def is_scalar(self) -> bool:
+        return not (self.is_map or self.is_seq)
+
+    def key_line(self, key: str) -> int:
+        """The line of ``key`` in this mapping (the mapping's own line if unknown)."""
+        return self.key_lines.get(key, self.line)
+
+    def plain(self) -> Any:
+        """The value without marks (dicts, lists, scalars), as ``yaml.safe_load`` gives."""
+        if self.is_map:
+            return {k: v.plain() for k, v in self.value.items()}
+        if self.is_seq:
+            return [v.plain() for v in self.value]
+        return self.value
+
+
+def describe(value: Marked | None) -> str:
+    """What kind of YAML value this is, for messages: ``a string ('abc')``, ``a list``..."""
+    if value is None:
+        return "nothing"
+    v = value.value
+    if value.is_map:
+        return "a mapping"
+    if value.is_seq:
+        return "a list"
+    if v is None:
+        return "an empty value"
+    if isinstance(v, bool):
+        return f"a boolean ({'true' if v else 'false'})"
+    if isinstance(v, int | float):
+        return f"a number ({v!r})"
+    if isinstance(v, str):
+        shown = v if len(v) <= 40 else v[:37] + "..."
+        return f"a string ({shown!r})"
+    return f"a {type(v).__name__} ({v})"
+
+
+def syntax_problem(exc: yaml.YAMLError, text: str) -> tuple[int, str]:
+    """The line and an actionable message for a PyYAML scanner/parser/reader error."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else 1
+        if isinstance(exc, yaml.composer.ComposerError) and "another document" in str(exc.problem):
+            return line, "the config file must hold one YAML document, but a second one starts here"
+        message = f"YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}"
+        if exc.context and exc.problem:
+            context = exc.context
+            if exc.context_mark is not None and exc.context_mark.line + 1 != line:
+                context += f" started at line {exc.context_mark.line + 1}"
+            message += f" ({context})"
+        if "\t" in _line_text(text, line) and "tab" not in message.lower():
+            message += "; note: YAML does not allow tabs for indentation"
+        return line, message
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        return line, f"YAML cannot read this file: {exc.reason} (character #x{exc.character:04x})"
+    return 1, f"YAML error: {exc}"
+
+
+def _line_text(text: str, line: int) -> str:
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def load(text: str, report: Report) -> Marked | None:
+    """Parse one YAML document into a :class:`Marked` tree.
+
+    Problems go to ``report(line, message)``.  Returns None when the text is not YAML
+    at all (syntax error) or is empty; otherwise the tree, possibly with problems
+    reported along the way.
+    """
+    try:
+        loader = yaml.SafeLoader(text)  # checks for unprintable characters right away
+    except yaml.YAMLError as exc:
+        report(*syntax_problem(exc, text))
+        return None
+    try:
+        root = loader.get_single_node()
+    except yaml.YAMLError as exc:
+        report(*syntax_problem(exc, text))
+        return None
+    finally:
+        loader.dispose()
+    if root is None:
+        return None
+    return _Converter(loader, report).convert(root, "")
+
+
+class _Converter:
+    def __init__(self, loader: yaml.SafeLoader, report: Report) -> None:
+        self.loader = loader
+        self.report = report
+        self.done: dict[int, Marked] = {}
+        self.active: set[int] = set()
+
+    def convert(self, node: yaml.Node, path: str) -> Marked:
+        line = node.start_mark.line + 1
+        key = id(node)
+        if key in self.done:  # an alias: same node, same value
+            return self.done[key]
+        if key in self.active:
+            self.report(line, f"recursive YAML alias in {path or 'the document'}")
+            return Marked(None, line)
+        self.active.add(key)
+        try:
+            if isinstance(node, yaml.MappingNode):
+                result = self._mapping(node, path, line)
+            elif isinstance(node, yaml.SequenceNode):
+                result = self._sequence(node, path, line)
+            else:
+                result = self._scalar(node, path, line)
+        finally:
+            self.active.discard(key)
+        self.done[key] = result
+        return result
+
+    def _scalar(self, node: yaml.Node, path: str, line: int) -> Marked:
+        try:
+            value = self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc)
+            self.report(line, f"cannot read the value of {path or 'the document'}: {problem}")
+            value = None
+        return Marked(value, line, text=str(node.value))
+
+    def _sequence(self, node: yaml.SequenceNode, path: str, line: int) -> Marked:
+        if node.tag != SEQ_TAG:
+            self.report(line, f"unsupported YAML tag {node.tag!r} on {path or 'the document'}")
+        items = [self.convert(child, f"{path}[{i}]") for i, child in enumerate(node.value)]
+        return Marked(items, line)
+
+    def _mapping(self, node: yaml.MappingNode, path: str, line: int) -> Marked:
+        if node.tag != MAP_TAG:
+            self.report(line, f"unsupported YAML tag {node.tag!r} on {path or 'the document'}")
+        where = f" in {path}" if path else " at the top level"
+        values: dict[str, Marked] = {}
+        lines: dict[str, int] = {}
+        merged: list[Marked] = []
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            if key_node.tag == MERGE_TAG:
+                merged.append(self.convert(value_node, path))
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.report(key_line, f"a key{where} must be a plain name, not a list or mapping")
+                continue
+            key = str(key_node.value)
+            child_path = f"{path}.{key}" if path else key
+            if key in lines:
+                self.report(
+                    key_line,
+                    f"duplicate key {key!r}{where} (first at line {lines[key]}); "
+                    "YAML would silently keep only the last one",
+                )
+            values[key] = self.convert(value_node, child_path)
+            lines[key] = key_line
+        for merge in merged:
+            sources = merge.value if merge.is_seq else [merge]
+            for source in sources:
+                if not source.is_map:
+                    self.report(
+                        source.line, f"'<<' merge{where} needs a mapping or a list of mappings"
+                    )
+                    continue
+                for key, value in source.value.items():
+                    if key not in values:
+                        values[key] = value
+                        lines[key] = source.key_line(key)
+        return Marked(values, line, lines)

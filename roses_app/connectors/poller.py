@@ -1,0 +1,272 @@
+"""Poll one feed source: fetch, parse, xml-ize, hand the items over, remember.
+
+:meth:`Poller.poll` never raises.  Every outcome is a :class:`PollResult` and is
+recorded in the :class:`~roses_app.connectors.state.StateStore`:
+
+``ok``
+    The document was fetched and parsed and its items were accepted by the sink
+    (the sink is not called for a feed without entries).  The new validators
+    (ETag, Last-Modified) are stored and any backoff is cleared.
+``not_modified``
+    The server answered 304 (or a ``file:`` source did not change).
+``skipped_backoff``
+    An earlier failure put the source in backoff and its time has not come;
+    nothing was fetched.  ``force=True`` polls anyway.
+``gone``
+    The server answered 410 Gone, now or before: the source is not polled any
+    more until its URL in ``feeds.yaml`` changes (or the state is reset).
+``error``
+    Fetching, parsing or the sink failed.  The failure is logged with the source
+    name and counted; the next attempt waits ``every``, then twice that, four
+    times, ... up to ``fetch.max_backoff_seconds``; a ``Retry-After`` from the
+    server (429, 503) decides the wait instead (capped the same way).
+
+When the sink raises, nothing about the document is recorded as seen (the
+validators stay as they were), so the same items are fetched again next time
+and none is lost.  A permanent redirect updates the stored URL whatever happens
+next.
+
+Time comes from the injected ``clock`` (seconds), so tests drive it.  Because the
+scheduler adds a random jitter to its runs, a run that comes up to
+``backoff_tolerance`` times ``every`` before the end of an exponential backoff may go
+ahead; a server's ``Retry-After`` is honoured exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from roses_app.config.model import FeedSource, FetchSettings
+from roses_app.connectors.fetch import Fetcher, RetryLaterError
+from roses_app.connectors.state import SourceState, StateStore
+from roses_app.connectors.xmlize import parse_feed
+from roses_app.errors import RosesError
+
+log = logging.getLogger(__name__)
+
+PollStatus = Literal["ok", "not_modified", "skipped_backoff", "gone", "error"]
+Items = list[tuple[str, int | None]]
+Sink = Callable[[str, Items], None]
+
+
+@dataclass(frozen=True)
+class PollResult:
+    source: str
+    status: PollStatus
+    n_items: int = 0
+    message: str = ""
+    next_allowed_at: float = 0.0  # clock seconds; 0 = no backoff
+
+
+class Poller:
+    """Polls feed sources one at a time per source (thread-safe across sources)."""
+
+    def __init__(
+        self,
+        state_store: StateStore,
+        fetch_settings: FetchSettings,
+        clock: Callable[[], float],
+        sink: Sink,
+        *,
+        fetcher: Fetcher | None = None,
+        base_dir: Path | None = None,
+        backoff_tolerance: float = 0.1,
+    ) -> None:
+        self.state_store = state_store
+        self.settings = fetch_settings
+        self.clock = clock
+        self.sink = sink
+        self.fetcher = fetcher or Fetcher(fetch_settings, clock, base_dir=base_dir)
+        self.backoff_tolerance = backoff_tolerance
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def close(self) -> None:
+        self.fetcher.close()
+
+    def _lock_for(self, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def interval(self, source: FeedSource) -> float:
+        every = source.every_seconds
+        return every if every > 0 else self.settings.default_every_seconds
+
+    def poll(self, source: FeedSource, force: bool = False) -> PollResult:
+        """Poll ``source`` once; never raises."""
+        with self._lock_for(source.name):
+            try:
+                return self._poll(source, force)
+            except Exception as exc:  # the state store itself failed, or a bug
+                log.exception("source %s: poll failed unexpectedly", source.name)
+                return PollResult(source.name, "error", message=f"{type(exc).__name__}: {exc}")
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def _poll(self, source: FeedSource, force: bool) -> PollResult:
+        name = source.name
+        now = self.clock()
+        state = self.state_store.load(name, source.url)
+        if state.gone:
+            return PollResult(
+                name,
+                "gone",
+                message=f"{state.url} is gone (HTTP 410); change the source's URL to poll again",
+            )
+        if not force and state.next_allowed_at > 0:
+            slack = 0.0 if state.strict_retry else self.backoff_tolerance * self.interval(source)
+            if now + slack < state.next_allowed_at:
+                wait = state.next_allowed_at - now
+                return PollResult(
+                    name,
+                    "skipped_backoff",
+                    message=f"backing off after {state.failures} failure(s); "
+                    f"next attempt in {wait:.0f} s",
+                    next_allowed_at=state.next_allowed_at,
+                )
+        state = replace(state, last_attempt_at=now, n_polls=state.n_polls + 1)
+
+        try:
+            result = self.fetcher.fetch(state.url, state.etag, state.last_modified)
+        except RetryLaterError as exc:
+            return self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
+        except Exception as exc:
+            return self._fail(source, state, now, _describe(exc))
+
+        if result.permanent_url and result.permanent_url != state.url:
+            log.info(
+                "source %s: moved permanently from %s to %s; using the new URL from now on",
+                name,
+                state.url,
+                result.permanent_url,
+            )
+            state = replace(state, url=result.permanent_url)
+
+        if result.gone:
+            message = f"{result.url} is gone (HTTP 410); not polling it any more"
+            log.warning("source %s: %s", name, message)
+            self.state_store.put(replace(state, gone=True, last_status="gone", last_error=message))
+            return PollResult(name, "gone", message=message)
+
+        if result.not_modified:
+            self.state_store.put(
+                self._succeeded(
+                    state,
+                    now,
+                    status="not_modified",
+                    etag=result.etag or state.etag,
+                    last_modified=result.last_modified or state.last_modified,
+                    n_not_modified=state.n_not_modified + 1,
+                )
+            )
+            return PollResult(name, "not_modified")
+
+        try:
+            parsed = parse_feed(result.body, result.url, result.headers)
+        except Exception as exc:
+            return self._fail(source, state, now, _describe(exc))
+        if parsed.skipped:
+            log.warning("source %s: %d entries could not be written as items", name, parsed.skipped)
+
+        items = parsed.entries
+        if items:
+            try:
+                self.sink(name, items)
+            except Exception as exc:
+                log.exception("source %s: the sink refused %d items", name, len(items))
+                return self._fail(
+                    source, state, now, f"sink failed ({_describe(exc)}); items will be refetched"
+                )
+
+        self.state_store.put(
+            self._succeeded(
+                state,
+                now,
+                status="ok",
+                etag=result.etag,
+                last_modified=result.last_modified,
+                n_ok=state.n_ok + 1,
+                n_items=state.n_items + len(items),
+            )
+        )
+        message = f"{len(items)} items"
+        if parsed.bozo:
+            message += f" (feed is not well-formed, recovered: {parsed.bozo_message})"
+        return PollResult(name, "ok", n_items=len(items), message=message)
+
+    def _succeeded(
+        self,
+        state: SourceState,
+        now: float,
+        *,
+        status: str,
+        etag: str | None,
+        last_modified: str | None,
+        n_ok: int | None = None,
+        n_not_modified: int | None = None,
+        n_items: int | None = None,
+    ) -> SourceState:
+        if state.failures:
+            log.info("source %s: recovered after %d failure(s)", state.name, state.failures)
+        return replace(
+            state,
+            etag=etag,
+            last_modified=last_modified,
+            failures=0,
+            next_allowed_at=0.0,
+            strict_retry=False,
+            last_status=status,
+            last_error="",
+            last_success_at=now,
+            n_ok=state.n_ok if n_ok is None else n_ok,
+            n_not_modified=state.n_not_modified if n_not_modified is None else n_not_modified,
+            n_items=state.n_items if n_items is None else n_items,
+        )
+
+    def _fail(
+        self,
+        source: FeedSource,
+        state: SourceState,
+        now: float,
+        message: str,
+        *,
+        retry_after: float | None = None,
+    ) -> PollResult:
+        failures = state.failures + 1
+        cap = self.settings.max_backoff_seconds
+        if retry_after is not None:
+            delay = min(max(retry_after, 0.0), cap)
+        else:
+            delay = min(self.interval(source) * 2.0 ** min(failures - 1, 60), cap)
+        next_allowed_at = now + delay
+        self.state_store.put(
+            replace(
+                state,
+                failures=failures,
+                next_allowed_at=next_allowed_at,
+                strict_retry=retry_after is not None,
+                last_status="error",
+                last_error=message,
+                n_errors=state.n_errors + 1,
+            )
+        )
+        log.warning(
+            "source %s: %s (failure %d in a row; next attempt in %.0f s)",
+            source.name,
+            message,
+            failures,
+            delay,
+        )
+        return PollResult(source.name, "error", message=message, next_allowed_at=next_allowed_at)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, RosesError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

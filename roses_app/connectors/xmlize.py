@@ -1,0 +1,387 @@
+"""feedparser results -> canonical ``<item>`` elements.
+
+:func:`parse_feed` runs feedparser on bytes already fetched (feedparser never
+fetches or opens anything itself: the body is handed over as a stream, because a
+plain ``bytes`` argument that happens to name a file would be read from disk).
+feedparser's SAX parser is used with external general entities off, and its
+DOCTYPE handling keeps only the internal entity declarations it knows to be
+safe, so no XML parsing here resolves an external entity.
+
+:func:`xmlize_entry` writes one entry in the RSS 2.0 vocabulary, children in
+this order::
+
+    title, link, description, content:encoded, pubDate, guid, author,
+    category*, enclosure*, source,
+    comments, dc:creator*, dc:contributor*, dc:rights, atom:updated,
+    media:content*, media:thumbnail*, itunes:duration
+
+Only the namespaces an item uses are declared on it.  Text stays text: an HTML
+description is escaped character data, never parsed markup.  Characters that
+XML 1.0 forbids are dropped.  The output depends only on the entry and the feed
+(never on the fetch time), so the same entry gives the same bytes and the
+spool's content-hash deduplication works.
+"""
+
+from __future__ import annotations
+
+import calendar
+import io
+import logging
+import mimetypes
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import feedparser
+from lxml import etree
+
+from roses_app.errors import FeedParseError
+from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, rfc822
+
+log = logging.getLogger(__name__)
+
+CONTENT_NS = FEED_NAMESPACES["content"]
+DC_NS = FEED_NAMESPACES["dc"]
+ATOM_NS = FEED_NAMESPACES["atom"]
+MEDIA_NS = FEED_NAMESPACES["media"]
+ITUNES_NS = FEED_NAMESPACES["itunes"]
+_PREFIX_OF = {uri: prefix for prefix, uri in FEED_NAMESPACES.items()}
+
+# Everything outside the XML 1.0 Char production (control characters, lone
+# surrogates, U+FFFE/U+FFFF).
+_INVALID_XML_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]*$")
+
+# Built-in table only (not /etc/mime.types), so every machine guesses the same.
+_MIME = mimetypes.MimeTypes()
+
+# feedparser flags these as "bozo" although the document parsed fine.
+_BENIGN_BOZO = (
+    feedparser.CharacterEncodingOverride,
+    feedparser.NonXMLContentType,
+)
+
+_MEDIA_CONTENT_ATTRS = (
+    "url",
+    "type",
+    "medium",
+    "filesize",
+    "width",
+    "height",
+    "duration",
+    "bitrate",
+    "framerate",
+    "samplingrate",
+    "channels",
+    "expression",
+    "isdefault",
+    "lang",
+)
+# feedparser lower-cases attribute names; write them back in MRSS spelling.
+_MRSS_SPELLING = {"filesize": "fileSize", "isdefault": "isDefault"}
+_MEDIA_THUMBNAIL_ATTRS = ("url", "width", "height", "time")
+_NO_FALLBACK = frozenset({"updated", "updated_parsed"})
+
+
+def clean_text(value: object) -> str:
+    """``value`` as a string holding only characters XML 1.0 allows."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return _INVALID_XML_CHARS.sub("", text)
+
+
+@dataclass(frozen=True)
+class ParsedFeed:
+    """A parsed feed document and its entries as canonical items."""
+
+    title: str
+    link: str
+    entries: list[tuple[str, int | None]]
+    version: str = ""  # feedparser's name for the format, e.g. "rss20", "atom10"
+    bozo: bool = False  # feedparser had to recover from an error
+    bozo_message: str = ""
+    skipped: int = 0  # entries that could not be written (logged); should stay 0
+    warnings: list[str] = field(default_factory=list)
+
+
+# -- parsing -------------------------------------------------------------------------
+
+
+def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) -> ParsedFeed:
+    """Parse a fetched document; raise :class:`FeedParseError` when it is not a feed."""
+    if not body or not body.strip():
+        raise FeedParseError(f"{url}: empty document")
+    response_headers = {k.lower(): v for k, v in (headers or {}).items()}
+    if url.startswith(("http:", "https:")):
+        response_headers.setdefault("content-location", url)
+    try:
+        result = feedparser.parse(
+            io.BytesIO(body),
+            response_headers=response_headers,
+            resolve_relative_uris=True,
+            sanitize_html=True,
+        )
+    except Exception as exc:  # feedparser has crash bugs on hostile input
+        raise FeedParseError(f"{url}: feedparser failed: {type(exc).__name__}: {exc}") from exc
+    raw_entries = list(result.get("entries") or [])
+    feed = result.get("feed") or {}
+    version = clean_text(result.get("version") or "")
+    bozo = bool(result.get("bozo"))
+    bozo_message = ""
+    if bozo:
+        problem = result.get("bozo_exception")
+        if problem is not None:
+            bozo_message = clean_text(f"{type(problem).__name__}: {problem}")
+    title = clean_text(feed.get("title", "")).strip()
+    serious = bozo and not isinstance(result.get("bozo_exception"), _BENIGN_BOZO)
+    if not raw_entries and (not version or (serious and not title)):
+        why = bozo_message or "no feed elements found"
+        raise FeedParseError(f"{url}: not an RSS/Atom feed ({why})")
+    entries: list[tuple[str, int | None]] = []
+    skipped = 0
+    for entry in raw_entries:
+        try:
+            entries.append(xmlize_entry(entry, feed))
+        except Exception as exc:  # one odd entry must not lose the others
+            skipped += 1
+            log.warning("%s: skipped an entry that cannot be written as an item: %s", url, exc)
+    return ParsedFeed(
+        title=title,
+        link=clean_text(feed.get("link", "")).strip(),
+        entries=entries,
+        version=version,
+        bozo=bozo,
+        bozo_message=bozo_message,
+        skipped=skipped,
+    )
+
+
+# -- writing -------------------------------------------------------------------------
+
+
+class _ItemBuilder:
+    """Collects children first so that only the namespaces used get declared."""
+
+    def __init__(self) -> None:
+        self.children: list[tuple[str, str | None, list[tuple[str, str]], str]] = []
+        self.used: set[str] = set()
+
+    def add(
+        self,
+        tag: str,
+        text: object = None,
+        attrs: list[tuple[str, object]] | None = None,
+        ns: str | None = None,
+    ) -> None:
+        clean_attrs = [(k, clean_text(v)) for k, v in (attrs or []) if v is not None]
+        self.children.append((tag, ns, clean_attrs, clean_text(text)))
+        if ns is not None:
+            self.used.add(ns)
+
+    def build(self) -> etree._Element:
+        nsmap = {_PREFIX_OF[ns]: ns for ns in sorted(self.used, key=lambda u: _PREFIX_OF[u])}
+        root = etree.Element("item", nsmap=nsmap)
+        for tag, ns, attrs, text in self.children:
+            qname = f"{{{ns}}}{tag}" if ns else tag
+            child = etree.SubElement(root, qname)
+            for key, value in attrs:
+                child.set(key, value)
+            if text:
+                child.text = text
+        return root
+
+
+def _get(mapping: Any, key: str) -> Any:
+    if key in _NO_FALLBACK and isinstance(mapping, dict):
+        # FeedParserDict answers updated* with published* (and a warning) when absent.
+        return dict.get(mapping, key)
+    try:
+        return mapping.get(key)
+    except Exception:  # FeedParserDict raises odd errors for some derived keys
+        return None
+
+
+def _str(mapping: Any, key: str) -> str:
+    value = _get(mapping, key)
+    if value is None or isinstance(value, (dict, list, tuple)):
+        return ""
+    return clean_text(value).strip()
+
+
+def _micros_of_struct(value: Any) -> int | None:
+    if not isinstance(value, time.struct_time) and not isinstance(value, tuple):
+        return None
+    try:
+        micros = calendar.timegm((*tuple(value)[:6], 0, 0, 0)) * MICROS
+        rfc822(micros)  # must be representable as a date
+        return micros
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def published_micros(entry: Mapping[str, Any]) -> int | None:
+    """The entry's publication time (else its update time) in µs, or None."""
+    for key in ("published_parsed", "updated_parsed", "created_parsed"):
+        micros = _micros_of_struct(_get(entry, key))
+        if micros is not None:
+            return micros
+    return None
+
+
+def _dict_list(value: Any) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, Mapping)]
+
+
+def _first_content(entry: Mapping[str, Any]) -> str:
+    for content in _dict_list(_get(entry, "content")):
+        value = clean_text(content.get("value", ""))
+        if value.strip():
+            return value
+    return ""
+
+
+def _length(value: Any) -> str:
+    text = clean_text(value).strip()
+    return text if text.isdigit() else "0"
+
+
+def _enclosure_type(value: Any, url: str) -> str:
+    text = clean_text(value).strip()
+    if text:
+        return text
+    guessed, _ = _MIME.guess_type(url, strict=False)
+    return guessed or "application/octet-stream"
+
+
+def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str, int | None]:
+    """One feedparser entry as a serialized canonical ``<item>`` and its published µs."""
+    b = _ItemBuilder()
+
+    title = _str(entry, "title")
+    link = _str(entry, "link")
+    summary = clean_text(_get(entry, "summary") or "")
+    content = _first_content(entry)
+    description = summary if summary.strip() else content
+    if title:
+        b.add("title", title)
+    if link:
+        b.add("link", link)
+    if description.strip():
+        b.add("description", description)
+    if content and content != description:
+        b.add("encoded", content, ns=CONTENT_NS)
+
+    published = published_micros(entry)
+    if published is not None:
+        b.add("pubDate", rfc822(published))
+
+    guid = _str(entry, "id")
+    if guid:
+        b.add("guid", guid, [("isPermaLink", "true" if guid == link else "false")])
+    elif link:
+        b.add("guid", link, [("isPermaLink", "true")])
+
+    author = _str(entry, "author")
+    if author:
+        b.add("author", author)
+
+    seen_tags: set[tuple[str, str]] = set()
+    for tag in _dict_list(_get(entry, "tags")):
+        term = clean_text(tag.get("term") or tag.get("label") or "").strip()
+        scheme = clean_text(tag.get("scheme") or "").strip()
+        if not term or (term, scheme) in seen_tags:
+            continue
+        seen_tags.add((term, scheme))
+        b.add("category", term, [("domain", scheme or None)])
+
+    seen_urls: set[str] = set()
+    for enc in _dict_list(_get(entry, "enclosures")):
+        url = clean_text(enc.get("href") or enc.get("url") or "").strip()
+        if not url or url in seen_urls:
+            continue
+        seen_urls.add(url)
+        b.add(
+            "enclosure",
+            None,
+            [
+                ("url", url),
+                ("type", _enclosure_type(enc.get("type"), url)),
+                ("length", _length(enc.get("length"))),
+            ],
+        )
+
+    feed_title = _str(feed, "title")
+    feed_link = _str(feed, "link")
+    if not feed_link:
+        for candidate in _dict_list(_get(feed, "links")):
+            if candidate.get("rel") == "self" and candidate.get("href"):
+                feed_link = clean_text(candidate["href"]).strip()
+                break
+    if feed_title or feed_link:
+        b.add("source", feed_title, [("url", feed_link or None)])
+
+    _add_extensions(b, entry, published)
+    element = b.build()
+    return etree.tostring(element, encoding="unicode"), published
+
+
+def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | None) -> None:
+    comments = _str(entry, "comments")
+    if comments:
+        b.add("comments", comments)
+
+    creators: list[str] = []
+    for person in _dict_list(_get(entry, "authors")):
+        name = clean_text(person.get("name") or "").strip()
+        if name and name not in creators:
+            creators.append(name)
+    for name in creators:
+        b.add("creator", name, ns=DC_NS)
+    contributors: list[str] = []
+    for person in _dict_list(_get(entry, "contributors")):
+        name = clean_text(person.get("name") or "").strip()
+        if name and name not in contributors:
+            contributors.append(name)
+    for name in contributors:
+        b.add("contributor", name, ns=DC_NS)
+
+    rights = _str(entry, "rights")
+    if rights:
+        b.add("rights", rights, ns=DC_NS)
+
+    updated = _micros_of_struct(_get(entry, "updated_parsed"))
+    if updated is not None and updated != published:
+        b.add("updated", iso8601(updated), ns=ATOM_NS)
+
+    for media in _dict_list(_get(entry, "media_content")):
+        attrs = _media_attrs(media, _MEDIA_CONTENT_ATTRS)
+        if attrs:
+            b.add("content", None, attrs, ns=MEDIA_NS)
+    for thumb in _dict_list(_get(entry, "media_thumbnail")):
+        attrs = _media_attrs(thumb, _MEDIA_THUMBNAIL_ATTRS)
+        if attrs:
+            b.add("thumbnail", None, attrs, ns=MEDIA_NS)
+
+    duration = _str(entry, "itunes_duration")
+    if duration:
+        b.add("duration", duration, ns=ITUNES_NS)
+
+
+def _media_attrs(media: Mapping[str, Any], names: tuple[str, ...]) -> list[tuple[str, object]]:
+    lowered: dict[str, Any] = {}
+    for key, value in media.items():
+        if isinstance(key, str) and isinstance(value, str):
+            lowered.setdefault(key.lower(), value)
+    if not clean_text(lowered.get("url", "")).strip():
+        return []
+    attrs: list[tuple[str, object]] = []
+    for name in names:
+        value = clean_text(lowered.get(name, "")).strip()
+        if value and _XML_NAME.match(name):
+            attrs.append((_MRSS_SPELLING.get(name, name), value))
+    return attrs

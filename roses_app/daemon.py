@@ -1,0 +1,165 @@
+"""The daemon: wires connectors → spool → Spark queries → store → HTTP publication.
+
+This module and the CLI are the only places that connect the stages.  ``Daemon.run``
+is the long-running service; ``Daemon.once`` polls every source once, processes all
+pending items and writes the published feeds as static files (for cron).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from roses_app.algebra.plan import Stream
+from roses_app.config.model import Config
+from roses_app.connectors import FeedScheduler, Poller, StateStore
+from roses_app.publish.catalog import Catalog
+from roses_app.publish.export import export_static
+from roses_app.publish.server import HttpServer, create_app
+from roses_app.spool import Spool
+from roses_app.store import OutRow, Store
+
+log = logging.getLogger(__name__)
+
+
+class Daemon:
+    """One ROSES instance over one config and one data directory."""
+
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        data = config.settings.data_dir
+        data.mkdir(parents=True, exist_ok=True)
+        self.spool = Spool(data / "spool")
+        self.store = Store(data / "store.sqlite")
+        self.states = StateStore(data / "sources.sqlite")
+        self.poller = Poller(
+            self.states, config.settings.fetch, clock, self.ingest, base_dir=config.path.parent
+        )
+        self.scheduler = FeedScheduler(self.poller, config.sources, clock)
+        self.queries: list[Any] = []
+        self.http: HttpServer | None = None
+        self.started_at = clock()
+        self.counters = {"items_spooled": 0, "batches_written": 0, "rows_written": 0}
+        self._lock = threading.Lock()
+
+    # -- stage glue -----------------------------------------------------------------
+    def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
+        """Connector sink: append to the spool (which drops what it has seen)."""
+        events = self.spool.append(source, items)
+        with self._lock:
+            self.counters["items_spooled"] += len(events)
+        if events:
+            log.info("source %s: %d new item(s) spooled", source, len(events))
+
+    def write_batch(self, query_id: str, batch_id: int, rows: list[tuple[str, str, int, int, str]]) -> None:
+        """Spark sink: idempotent per (query, batch id)."""
+        applied = self.store.write_batch(query_id, batch_id, [OutRow(*row) for row in rows])
+        with self._lock:
+            self.counters["batches_written"] += int(applied)
+            self.counters["rows_written"] += len(rows) if applied else 0
+        log.debug("%s batch %d: %d row(s)%s", query_id, batch_id, len(rows), "" if applied else " (replayed)")
+
+    def _fresh_stream(self, stream: str, query_id: str) -> None:
+        removed = self.store.restart_stream(stream, query_id)
+        if removed:
+            log.info("stream %s is new or changed: recomputing it from the spool", stream)
+
+    def streams(self) -> list[Stream]:
+        return [Stream(s.name, s.plan, s.origin) for s in self.config.streams.values()]
+
+    def start_queries(self, once: bool) -> None:
+        from roses_app.spark.runner import start_queries
+        from roses_app.spark.session import build_session
+
+        settings = self.config.settings
+        spark = build_session(settings.spark, settings.data_dir / "cache")
+        self.queries = start_queries(
+            spark,
+            self.streams(),
+            settings.namespaces,
+            self.spool.log_dir,
+            settings.data_dir / "checkpoints",
+            self.write_batch,
+            once=once,
+            trigger_seconds=settings.spark.trigger_seconds,
+            on_fresh=self._fresh_stream,
+        )
+
+    # -- modes ------------------------------------------------------------------------
+    def once(self, export_dir: Path | None = None) -> dict[str, int]:
+        """Poll every source once, process everything pending, export static feeds."""
+        from roses_app.spark.runner import await_all
+
+        results = self.scheduler.poll_all_once()
+        failed = [r for r in results if r.status == "error"]
+        self.start_queries(once=True)
+        await_all(self.queries)
+        out = export_dir or self.config.settings.data_dir / "public"
+        written = export_static(self.config, self.store, out)
+        return {
+            "sources": len(results),
+            "failed_sources": len(failed),
+            "items_spooled": self.counters["items_spooled"],
+            "rows_written": self.counters["rows_written"],
+            "files_written": len(written),
+        }
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set, then shut down cleanly."""
+        from roses_app.spark.runner import stop_gracefully
+
+        http = self.config.settings.http
+        self.http = HttpServer(create_app(self.config, self.store, self.health), http.host, http.port)
+        self.http.start()
+        log.info("serving feeds at %s/", self.http.url)
+        try:
+            self.start_queries(once=False)
+            self.scheduler.start()
+            while not stop.wait(1.0):
+                self._check_queries()
+        finally:
+            log.info("stopping: finishing polls and the batch in flight")
+            self.scheduler.shutdown(wait=True)
+            stop_gracefully(self.queries)
+            self.http.stop()
+            self.close()
+            log.info("stopped")
+
+    def _check_queries(self) -> None:
+        for running in self.queries:
+            if not running.query.isActive:
+                exc = running.query.exception()
+                raise RuntimeError(f"stream {running.stream} stopped: {exc}")
+
+    def health(self) -> dict[str, Any]:
+        queries = {
+            r.stream: {"active": r.query.isActive, "status": r.query.status.get("message")}
+            for r in self.queries
+        }
+        sources = {
+            name: {"status": result.status, "items": result.n_items, "message": result.message, "at": at}
+            for name, (at, result) in self.scheduler.last_results.items()
+        }
+        ok = all(q["active"] for q in queries.values())
+        with self._lock:
+            counters = dict(self.counters)
+        return {
+            "ok": ok,
+            "uptime_seconds": round(self.clock() - self.started_at, 1),
+            "streams": queries,
+            "sources": sources,
+            "spool_items": self.spool.count(),
+            "feeds": len(Catalog(self.config, self.store).feeds()),
+            **counters,
+        }
+
+    def close(self) -> None:
+        self.poller.close()
+        self.states.close()
+        self.spool.close()
+        self.store.close()

@@ -1,0 +1,368 @@
+"""The output store: what the continuous queries produced, ready to publish.
+
+The Spark ``foreachBatch`` sink calls :meth:`Store.write_batch` with the rows of one
+micro-batch; the HTTP server reads feed documents with :meth:`Store.latest`.  SQLite in
+WAL mode lets one writer and many readers work at the same time; every thread gets its
+own connection and writes are serialized by a lock.
+
+Idempotence: a micro-batch is identified by ``(query_id, batch_id)``.  The rows of a batch
+and the record that the batch was applied are committed in one transaction, so a batch
+that Spark replays after a crash changes nothing.
+
+Identity: within one output feed ``(stream, part)`` an item is keyed by its guid (the
+``<guid>`` text, else its ``<link>``, else a sha256 of the serialized item).  An item that
+comes again with the same guid replaces the stored one: feed readers see an update, not
+a duplicate.  The stored ``(ts, seq)`` is the newest of the old and the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from lxml import etree
+
+from roses_app.errors import StoreError
+from roses_app.items import content_hash, item_identity, parse_item
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS entries (
+    stream     TEXT    NOT NULL,
+    part       TEXT    NOT NULL,
+    guid       TEXT    NOT NULL,
+    ts         INTEGER NOT NULL,
+    seq        INTEGER NOT NULL,
+    item       TEXT    NOT NULL,
+    created_at REAL    NOT NULL,
+    updated_at REAL    NOT NULL,
+    PRIMARY KEY (stream, part, guid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_newest ON entries (stream, part, ts DESC, seq DESC);
+CREATE TABLE IF NOT EXISTS feeds (
+    stream     TEXT NOT NULL,
+    part       TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (stream, part)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches (
+    query_id   TEXT    NOT NULL,
+    batch_id   INTEGER NOT NULL,
+    applied_at REAL    NOT NULL,
+    rows       INTEGER NOT NULL,
+    PRIMARY KEY (query_id, batch_id)
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OutRow:
+    """One output event of a stream, as the Spark sink hands it over.
+
+    ``part`` is "" for a normal stream and the split value for a split output; ``ts`` is
+    in microseconds since the epoch; ``seq`` orders rows with equal ``ts``; ``item`` is
+    one serialized ``<item>``.
+    """
+
+    stream: str
+    part: str
+    ts: int
+    seq: int
+    item: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One item of a published feed as the store holds it."""
+
+    stream: str
+    part: str
+    guid: str
+    ts: int
+    seq: int
+    item: str
+    created_at: float
+    updated_at: float
+
+
+def entry_guid(item: str, element: etree._Element | None = None) -> str:
+    """The identity of an item in its feed: guid, else link, else sha256 of the XML."""
+    if element is None:
+        try:
+            element = parse_item(item)
+        except etree.XMLSyntaxError:
+            return content_hash(item)
+    return item_identity(element) or content_hash(item)
+
+
+class Store:
+    """SQLite output store; safe to share between the sink thread and HTTP threads."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 30.0,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._timeout = timeout
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = self._conn()
+            with self._write_lock:
+                conn.executescript(_SCHEMA)
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the output store {self.path}: {exc}") from exc
+
+    # -- connections ---------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"the output store {self.path} is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=self._timeout,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # so that close() can close it
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        try:
+            yield self._conn()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the output store {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close every connection; the store cannot be used afterwards."""
+        with self._conns_lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------
+
+    def write_batch(self, query_id: str, batch_id: int, rows: Sequence[OutRow]) -> bool:
+        """Apply one micro-batch atomically; False (and no change) if already applied."""
+        prepared = self._prepare(rows)
+        now = self._clock()
+        try:
+            with self._write_lock:
+                conn = self._conn()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    applied = conn.execute(
+                        "SELECT 1 FROM batches WHERE query_id = ? AND batch_id = ?",
+                        (query_id, int(batch_id)),
+                    ).fetchone()
+                    if applied:
+                        conn.execute("ROLLBACK")
+                        return False
+                    for row, guid in prepared:
+                        self._upsert(conn, row, guid, now)
+                    conn.execute(
+                        "INSERT INTO batches(query_id, batch_id, applied_at, rows)"
+                        " VALUES (?, ?, ?, ?)",
+                        (query_id, int(batch_id), now, len(prepared)),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot write batch {batch_id} of {query_id} to {self.path}: {exc}"
+            ) from exc
+        return True
+
+    def restart_stream(self, stream: str, query_id: str) -> int:
+        """Forget a stream's output when its query starts afresh (its plan changed).
+
+        The new query recomputes everything from the spool, so rows and batch ids of
+        the stream's former queries would only be stale.  Returns the rows removed.
+        """
+        try:
+            with self._write_lock:
+                conn = self._conn()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    removed = conn.execute("DELETE FROM entries WHERE stream = ?", (stream,)).rowcount
+                    conn.execute("DELETE FROM feeds WHERE stream = ?", (stream,))
+                    conn.execute(
+                        "DELETE FROM batches WHERE query_id = ? OR query_id GLOB ?",
+                        (query_id, f"{stream}-" + "[0-9a-f]" * 16),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot reset stream {stream} in {self.path}: {exc}") from exc
+        return int(removed)
+
+    @staticmethod
+    def _prepare(rows: Sequence[OutRow]) -> list[tuple[OutRow, str]]:
+        """Compute guids outside the lock; oldest first so the newest version wins."""
+        out: list[tuple[OutRow, str]] = []
+        for row in sorted(rows, key=lambda r: (r.ts, r.seq)):
+            try:
+                element = parse_item(row.item)
+            except etree.XMLSyntaxError as exc:
+                log.warning(
+                    "dropping a malformed output item of stream %r (part %r): %s",
+                    row.stream,
+                    row.part,
+                    exc,
+                )
+                continue
+            out.append((row, entry_guid(row.item, element)))
+        return out
+
+    @staticmethod
+    def _upsert(conn: sqlite3.Connection, row: OutRow, guid: str, now: float) -> None:
+        old = conn.execute(
+            "SELECT ts, seq, item FROM entries WHERE stream = ? AND part = ? AND guid = ?",
+            (row.stream, row.part, guid),
+        ).fetchone()
+        changed = True
+        if old is None:
+            conn.execute(
+                "INSERT INTO entries(stream, part, guid, ts, seq, item, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (row.stream, row.part, guid, row.ts, row.seq, row.item, now, now),
+            )
+        else:
+            ts, seq = max((old[0], old[1]), (row.ts, row.seq))
+            changed = (ts, seq, row.item) != (old[0], old[1], old[2])
+            if changed:
+                conn.execute(
+                    "UPDATE entries SET ts = ?, seq = ?, item = ?, updated_at = ?"
+                    " WHERE stream = ? AND part = ? AND guid = ?",
+                    (ts, seq, row.item, now, row.stream, row.part, guid),
+                )
+        if changed:
+            conn.execute(
+                "INSERT INTO feeds(stream, part, created_at, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(stream, part) DO UPDATE SET updated_at = excluded.updated_at",
+                (row.stream, row.part, now, now),
+            )
+
+    # -- reading -------------------------------------------------------------------
+
+    def latest(self, stream: str, part: str = "", limit: int = 50) -> list[StoredEntry]:
+        """The newest ``limit`` entries of one feed, newest first by (ts, seq)."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT stream, part, guid, ts, seq, item, created_at, updated_at FROM entries"
+                " WHERE stream = ? AND part = ? ORDER BY ts DESC, seq DESC, guid LIMIT ?",
+                (stream, part, max(0, int(limit))),
+            ).fetchall()
+        return [StoredEntry(*r) for r in rows]
+
+    def between(
+        self, stream: str, part: str, since: int | None, until: int | None
+    ) -> list[StoredEntry]:
+        """Entries with ``since <= ts < until`` (either bound optional), oldest first.
+
+        A pull query: the content of a time window of the stream's output.
+        """
+        lo = -(2**63) if since is None else int(since)
+        hi = 2**63 - 1 if until is None else int(until)
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT stream, part, guid, ts, seq, item, created_at, updated_at FROM entries"
+                " WHERE stream = ? AND part = ? AND ts >= ? AND ts < ?"
+                " ORDER BY ts, seq, guid",
+                (stream, part, lo, hi),
+            ).fetchall()
+        return [StoredEntry(*r) for r in rows]
+
+    def parts(self, stream: str) -> list[str]:
+        """The parts (split values) seen so far for a stream, sorted."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT part FROM feeds WHERE stream = ? ORDER BY part", (stream,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def streams(self) -> list[str]:
+        """Every stream that has at least one entry, sorted."""
+        with self._read() as conn:
+            rows = conn.execute("SELECT DISTINCT stream FROM feeds ORDER BY stream").fetchall()
+        return [r[0] for r in rows]
+
+    def feed_updated(self, stream: str, part: str = "") -> float | None:
+        """Wall-clock time of the last change to a feed, or None if it has no entry."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT updated_at FROM feeds WHERE stream = ? AND part = ?", (stream, part)
+            ).fetchone()
+        return None if row is None else float(row[0])
+
+    def count(self, stream: str, part: str = "") -> int:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM entries WHERE stream = ? AND part = ?", (stream, part)
+            ).fetchone()
+        return int(row[0])
+
+    def batch_applied(self, query_id: str, batch_id: int) -> bool:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM batches WHERE query_id = ? AND batch_id = ?",
+                (query_id, int(batch_id)),
+            ).fetchone()
+        return row is not None
+
+    def last_batch(self, query_id: str) -> int | None:
+        """The highest batch id applied for a query, or None."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT MAX(batch_id) FROM batches WHERE query_id = ?", (query_id,)
+            ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])

@@ -1,0 +1,132 @@
+"""YAML with line marks: values, lines, duplicates, aliases, errors."""
+
+from __future__ import annotations
+
+from roses_app.config.yamlmarks import Marked, describe, load
+
+
+def parse(text: str) -> tuple[Marked | None, list[tuple[int, str]]]:
+    problems: list[tuple[int, str]] = []
+    root = load(text, lambda line, message: problems.append((line, message)))
+    return root, problems
+
+
+def test_values_and_lines() -> None:
+    root, problems = parse(
+        "a: 1\nb:\n  - x\n  - {c: true, d: 2.5}\ne: |\n  text\nf:\ng: 2024-01-02\n"
+    )
+    assert problems == []
+    assert root is not None and root.is_map
+    assert root.plain()["a"] == 1
+    assert root.plain()["b"] == ["x", {"c": True, "d": 2.5}]
+    assert root.plain()["e"] == "text\n"
+    assert root.plain()["f"] is None
+    assert root.key_lines == {"a": 1, "b": 2, "e": 5, "f": 7, "g": 8}
+    b = root.value["b"]
+    assert b.is_seq and b.line == 3
+    assert [item.line for item in b.value] == [3, 4]
+    assert b.value[1].key_line("d") == 4
+    assert root.value["e"].line == 5
+    assert root.value["a"].text == "1"
+    assert b.text is None
+
+
+def test_keys_are_their_source_text() -> None:
+    root, problems = parse("yes: 1\n8080: 2\n~: 3\n1.0: 4\n")
+    assert problems == []
+    assert root is not None
+    assert list(root.value) == ["yes", "8080", "~", "1.0"]
+
+
+def test_duplicate_keys_are_reported_with_both_lines() -> None:
+    root, problems = parse("a: 1\nb:\n  x: 1\n  y: 2\n  x: 3\na: 4\n")
+    assert problems == [
+        (5, "duplicate key 'x' in b (first at line 3); YAML would silently keep only the last one"),
+        (
+            6,
+            "duplicate key 'a' at the top level (first at line 1); "
+            "YAML would silently keep only the last one",
+        ),
+    ]
+    assert root is not None
+    assert root.plain() == {"a": 4, "b": {"x": 3, "y": 2}}
+
+
+def test_merge_keys_own_keys_win_and_are_not_duplicates() -> None:
+    root, problems = parse(
+        "base: &b {x: 1, y: 2}\nother: &o {y: 20, z: 30}\nm:\n  <<: [*b, *o]\n  x: 10\n"
+    )
+    assert problems == []
+    assert root is not None
+    assert root.plain()["m"] == {"x": 10, "y": 2, "z": 30}
+    assert root.value["m"].key_line("x") == 5
+    assert root.value["m"].key_line("y") == 1
+
+
+def test_bad_merge() -> None:
+    _, problems = parse("m:\n  <<: 3\n  x: 1\n")
+    assert problems == [(2, "'<<' merge in m needs a mapping or a list of mappings")]
+
+
+def test_aliases_share_one_value() -> None:
+    root, problems = parse("a: &x {k: v}\nb: *x\n")
+    assert problems == []
+    assert root is not None
+    assert root.value["a"] is root.value["b"]
+
+
+def test_recursive_alias_is_a_problem_not_a_hang() -> None:
+    root, problems = parse("a: &x [1, *x]\n")
+    assert problems == [(1, "recursive YAML alias in a[1]")]
+    assert root is not None
+
+
+def test_complex_key() -> None:
+    _, problems = parse("? [a, b]\n: 1\n")
+    assert problems == [(1, "a key at the top level must be a plain name, not a list or mapping")]
+
+
+def test_unknown_tag() -> None:
+    _, problems = parse("a: !foo bar\nb: !!python/name:os.system x\n")
+    assert [line for line, _ in problems] == [1, 2]
+    assert all(m.startswith("cannot read the value of ") for _, m in problems)
+
+
+def test_syntax_error_line() -> None:
+    root, problems = parse("a: 1\nb: [1, 2\nc: 3\n")
+    assert root is None
+    assert len(problems) == 1
+    line, message = problems[0]
+    assert line == 3
+    assert message.startswith("YAML syntax error: ")
+    assert "started at line 2" in message
+
+
+def test_bad_indentation() -> None:
+    root, problems = parse("a:\n  b: 1\n c: 2\n")
+    assert root is None
+    assert problems[0][0] == 3
+
+
+def test_unreadable_character() -> None:
+    root, problems = parse("a: 1\nb: \x07\n")
+    assert root is None
+    assert problems == [
+        (2, "YAML cannot read this file: special characters are not allowed (character #x0007)")
+    ]
+
+
+def test_empty_document() -> None:
+    assert parse("") == (None, [])
+    assert parse("# nothing\n") == (None, [])
+
+
+def test_describe() -> None:
+    assert describe(Marked("abc", 1)) == "a string ('abc')"
+    assert describe(Marked("x" * 50, 1)) == f"a string ('{'x' * 37}...')"
+    assert describe(Marked(3, 1)) == "a number (3)"
+    assert describe(Marked(False, 1)) == "a boolean (false)"
+    assert describe(Marked(None, 1)) == "an empty value"
+    assert describe(Marked([], 1)) == "a list"
+    assert describe(Marked({}, 1)) == "a mapping"
+    assert describe(None) == "nothing"
