@@ -26,6 +26,18 @@ from roses_app.store import OutRow, Store
 log = logging.getLogger(__name__)
 
 
+def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
+    """Order a poll's items so the newest gets the highest seq (shown first in feeds).
+
+    By publication time when every item has one; else reversed document order, as
+    feeds list their newest entry first.
+    """
+    ordered = list(reversed(items))
+    if all(published is not None for _, published in ordered):
+        ordered.sort(key=lambda pair: pair[1] or 0)  # stable: ties keep document order
+    return ordered
+
+
 class Daemon:
     """One ROSES instance over one config and one data directory."""
 
@@ -50,7 +62,7 @@ class Daemon:
     # -- stage glue -----------------------------------------------------------------
     def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
         """Connector sink: append to the spool (which drops what it has seen)."""
-        events = self.spool.append(source, items)
+        events = self.spool.append(source, oldest_first(items))
         with self._lock:
             self.counters["items_spooled"] += len(events)
         if events:
@@ -145,7 +157,8 @@ class Daemon:
             name: {"status": result.status, "items": result.n_items, "message": result.message, "at": at}
             for name, (at, result) in self.scheduler.last_results.items()
         }
-        ok = all(q["active"] for q in queries.values())
+        # Not healthy until every stream's query runs (the JVM takes seconds to start).
+        ok = len(queries) == len(self.config.streams) and all(q["active"] for q in queries.values())
         with self._lock:
             counters = dict(self.counters)
         return {

@@ -162,6 +162,15 @@ def test_redirect_to_a_file_url_is_refused(feed_server: FeedServer, fetcher: Fet
         fetcher.fetch(feed_server.url("/feed"))
 
 
+@pytest.mark.parametrize("location", ["http://[::1", "http://exa mple.org:99999999/"])
+def test_redirect_to_an_invalid_url_is_a_fetch_error(
+    feed_server: FeedServer, fetcher: Fetcher, location: str
+):
+    feed_server.routes["/feed"] = Reply(301, headers={"Location": location})
+    with pytest.raises(FetchError):
+        fetcher.fetch(feed_server.url("/feed"))
+
+
 def test_410_gone(feed_server: FeedServer, fetcher: Fetcher):
     feed_server.routes["/feed"] = Reply(410, b"gone")
     result = fetcher.fetch(feed_server.url("/feed"))

@@ -225,7 +225,15 @@ class Fetcher:
                     f"timed out after {self.settings.timeout_seconds:g} s "
                     f"({type(exc).__name__}) fetching {current}"
                 ) from exc
-            except httpx.HTTPError as exc:
+            except FetchError:
+                raise
+            except (
+                httpx.HTTPError,
+                httpx.InvalidURL,
+                httpx.StreamError,
+                ValueError,
+                OSError,
+            ) as exc:
                 raise FetchError(f"{type(exc).__name__} fetching {current}: {exc}") from exc
             if isinstance(result, _Redirect):
                 if result.status in PERMANENT_REDIRECTS and still_permanent:

@@ -31,10 +31,11 @@ import mimetypes
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import feedparser
+import lxml.html
 from lxml import etree
 
 from roses_app.errors import FeedParseError
@@ -104,7 +105,6 @@ class ParsedFeed:
     bozo: bool = False  # feedparser had to recover from an error
     bozo_message: str = ""
     skipped: int = 0  # entries that could not be written (logged); should stay 0
-    warnings: list[str] = field(default_factory=list)
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -262,8 +262,11 @@ def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str
     """One feedparser entry as a serialized canonical ``<item>`` and its published µs."""
     b = _ItemBuilder()
 
-    title = _str(entry, "title")
+    title = _title(entry)
     link = _str(entry, "link")
+    guid = _str(entry, "id")
+    if link and link == guid and _get(entry, "guidislink") and not _is_web_url(link):
+        link = ""  # feedparser copied a non-URL id (tag:, urn:) into the link
     summary = clean_text(_get(entry, "summary") or "")
     content = _first_content(entry)
     description = summary if summary.strip() else content
@@ -280,13 +283,12 @@ def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str
     if published is not None:
         b.add("pubDate", rfc822(published))
 
-    guid = _str(entry, "id")
     if guid:
         b.add("guid", guid, [("isPermaLink", "true" if guid == link else "false")])
     elif link:
         b.add("guid", link, [("isPermaLink", "true")])
 
-    author = _str(entry, "author")
+    author = _author(entry)
     if author:
         b.add("author", author)
 
@@ -328,6 +330,37 @@ def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str
     _add_extensions(b, entry, published)
     element = b.build()
     return etree.tostring(element, encoding="unicode"), published
+
+
+def _is_web_url(text: str) -> bool:
+    return text.lower().startswith(("http://", "https://"))
+
+
+def _title(entry: Mapping[str, Any]) -> str:
+    """The title as plain text (an HTML title loses its markup, keeps its text)."""
+    title = _str(entry, "title")
+    detail = _get(entry, "title_detail")
+    kind = detail.get("type", "") if isinstance(detail, Mapping) else ""
+    if title and kind in ("text/html", "application/xhtml+xml"):
+        try:
+            text = lxml.html.fragment_fromstring(title, create_parent="div").text_content()
+        except (etree.ParserError, ValueError):
+            return title
+        return clean_text(text).strip()
+    return title
+
+
+def _author(entry: Mapping[str, Any]) -> str:
+    """RSS style ``email (name)``, ``name`` or ``email`` of the first author."""
+    people = _dict_list(_get(entry, "authors"))
+    if people:
+        name = clean_text(people[0].get("name") or "").strip()
+        email = clean_text(people[0].get("email") or "").strip()
+        if name and email:
+            return f"{email} ({name})"
+        if name or email:
+            return name or email
+    return _str(entry, "author")
 
 
 def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | None) -> None:
