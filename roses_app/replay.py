@@ -111,11 +111,15 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
     work = Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
     try:
         log_dir = work / "spool" / "log"
-        write_events(
-            log_dir / "events.jsonl",
-            [Event(e.source, e.ts, e.seq, e.item) for e in events.events],
-        )
         spark = build_session(config.settings.spark, config.settings.data_dir / "cache")
+        # Several files, so that every core gets a partition of the list.
+        chunks = max(1, spark.sparkContext.defaultParallelism)
+        size = -(-len(events.events) // chunks) or 1
+        for n in range(0, max(len(events.events), 1), size):
+            write_events(
+                log_dir / f"events-{n:012d}.jsonl",
+                [Event(e.source, e.ts, e.seq, e.item) for e in events.events[n : n + size]],
+            )
         collected: Outputs = {name: {} for name in config.streams}
 
         def sink(_qid: str, _batch: int, rows: list[tuple[str, str, int, int, str]]) -> None:

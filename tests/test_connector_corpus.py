@@ -47,7 +47,10 @@ def corpus_dir() -> Path:
             capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         if proc.returncode != 0 or not archive.exists():
-            pytest.skip(f"cannot download the feedparser {VERSION} sdist: {proc.stderr[-500:]}")
+            pytest.fail(
+                f"cannot download the feedparser {VERSION} sdist (PyPI must be reachable):"
+                f" {proc.stderr[-500:]}"
+            )
     prefix = f"feedparser-{VERSION}/tests/"
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix)]

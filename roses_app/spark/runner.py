@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.plan import Stream
-from roses_app.spark.lower import LowerContext, compile_stream
+from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream
 from roses_app.spool import SPARK_SCHEMA_DDL
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,10 @@ class RunningQuery:
 
 def _foreach(qid: str, sink: BatchSink) -> Callable[[DataFrame, int], None]:
     def handle(batch: DataFrame, batch_id: int) -> None:
-        rows = [(r.stream, r.part, r.ts, r.seq, r.item) for r in batch.collect()]
-        sink(qid, batch_id, rows)
+        # Arrow transfer: several times faster than collect() for big batches.
+        table = batch.toArrow()
+        columns = [table.column(name).to_pylist() for name in OUTPUT_COLUMNS]
+        sink(qid, batch_id, list(zip(*columns, strict=True)))
 
     return handle
 

@@ -15,6 +15,15 @@ from pyspark.sql.functions import pandas_udf
 Namespaces = tuple[tuple[str, str], ...]
 
 
+def _once(udf: Any) -> Any:
+    """Keep Spark from evaluating the UDF twice.
+
+    A deterministic UDF whose result is both filtered on (``IS NOT NULL``) and kept
+    gets copied into the filter by the optimizer, which doubles the XML work.
+    """
+    return udf.asNondeterministic()
+
+
 def observer_udf(expr: str, namespaces: Namespaces) -> Any:
     @pandas_udf("boolean")  # type: ignore[call-overload]
     def observe(items: pd.Series) -> pd.Series:
@@ -32,7 +41,7 @@ def accessor_udf(expr: str, namespaces: Namespaces) -> Any:
 
         return pd.Series(map_batch(expr, namespaces, items.tolist()), dtype="object")
 
-    return access
+    return _once(access)
 
 
 def splitter_udf(expr: str, namespaces: Namespaces) -> Any:
@@ -42,4 +51,4 @@ def splitter_udf(expr: str, namespaces: Namespaces) -> Any:
 
         return pd.Series(split_batch(expr, namespaces, items.tolist()), dtype="object")
 
-    return split
+    return _once(split)
