@@ -47,7 +47,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     names = args.streams or list(config.streams)
     unknown = [n for n in names if n not in config.streams]
     if unknown:
-        print(f"unknown stream(s): {', '.join(unknown)} (known: {', '.join(config.streams)})", file=sys.stderr)
+        print(
+            f"unknown stream(s): {', '.join(unknown)} (known: {', '.join(config.streams)})",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     for name in names:
         print(f"== stream {name}: logical plan")
@@ -77,7 +80,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     written = replay(config, Path(args.events), Path(args.out), args.engine)
     elapsed = time.perf_counter() - started
-    print(f"replayed with {args.engine}: {len(written)} output file(s) in {args.out} ({elapsed:.1f}s)")
+    print(
+        f"replayed with {args.engine}: {len(written)} output file(s) in {args.out} ({elapsed:.1f}s)"
+    )
     return EXIT_OK
 
 
@@ -120,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-c", "--config", default="feeds.yaml", help="the feeds.yaml to use")
         return p
 
-    command("run", "run the daemon: poll sources, run the queries, serve the feeds").set_defaults(func=cmd_run)
+    command("run", "run the daemon: poll sources, run the queries, serve the feeds").set_defaults(
+        func=cmd_run
+    )
     once = command("once", "poll every source once, process everything, write the feeds, exit")
     once.add_argument("--export", help="folder for the static feed files (default DATA_DIR/public)")
     once.add_argument("--strict", action="store_true", help="exit 1 when a source failed")
@@ -145,7 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         print(format_problems(exc.problems), file=sys.stderr)
-        print(f"{len(exc.problems)} problem(s) in {args.config}; nothing was started.", file=sys.stderr)
+        print(
+            f"{len(exc.problems)} problem(s) in {args.config}; nothing was started.",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     except RosesError as exc:
         print(f"roses: {exc}", file=sys.stderr)

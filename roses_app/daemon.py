@@ -68,13 +68,21 @@ class Daemon:
         if events:
             log.info("source %s: %d new item(s) spooled", source, len(events))
 
-    def write_batch(self, query_id: str, batch_id: int, rows: list[tuple[str, str, int, int, str]]) -> None:
+    def write_batch(
+        self, query_id: str, batch_id: int, rows: list[tuple[str, str, int, int, str]]
+    ) -> None:
         """Spark sink: idempotent per (query, batch id)."""
         applied = self.store.write_batch(query_id, batch_id, [OutRow(*row) for row in rows])
         with self._lock:
             self.counters["batches_written"] += int(applied)
             self.counters["rows_written"] += len(rows) if applied else 0
-        log.debug("%s batch %d: %d row(s)%s", query_id, batch_id, len(rows), "" if applied else " (replayed)")
+        log.debug(
+            "%s batch %d: %d row(s)%s",
+            query_id,
+            batch_id,
+            len(rows),
+            "" if applied else " (replayed)",
+        )
 
     def _fresh_stream(self, stream: str, query_id: str) -> None:
         removed = self.store.restart_stream(stream, query_id)
@@ -126,7 +134,9 @@ class Daemon:
         from roses_app.spark.runner import stop_gracefully
 
         http = self.config.settings.http
-        self.http = HttpServer(create_app(self.config, self.store, self.health), http.host, http.port)
+        self.http = HttpServer(
+            create_app(self.config, self.store, self.health), http.host, http.port
+        )
         self.http.start()
         log.info("serving feeds at %s/", self.http.url)
         try:
@@ -154,7 +164,12 @@ class Daemon:
             for r in self.queries
         }
         sources = {
-            name: {"status": result.status, "items": result.n_items, "message": result.message, "at": at}
+            name: {
+                "status": result.status,
+                "items": result.n_items,
+                "message": result.message,
+                "at": at,
+            }
             for name, (at, result) in self.scheduler.last_results.items()
         }
         # Not healthy until every stream's query runs (the JVM takes seconds to start).

@@ -128,7 +128,13 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
 
         streams = [sc_stream(config, name) for name in config.streams]
         queries = start_queries(
-            spark, streams, config.settings.namespaces, log_dir, work / "checkpoints", sink, once=True
+            spark,
+            streams,
+            config.settings.namespaces,
+            log_dir,
+            work / "checkpoints",
+            sink,
+            once=True,
         )
         await_all(queries)
     finally:
@@ -136,7 +142,10 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
     for name, stream in config.streams.items():
         if not isinstance(stream.plan, Split):
             collected[name].setdefault("", [])
-    return {name: {part: sorted(evs) for part, evs in parts.items()} for name, parts in collected.items()}
+    return {
+        name: {part: sorted(evs) for part, evs in parts.items()}
+        for name, parts in collected.items()
+    }
 
 
 def _format_ts(ts: int, iso: bool) -> int | str:
@@ -149,7 +158,11 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     for stream, parts in outputs.items():
         for part, events in sorted(parts.items()):
-            path = out_dir / f"{stream}.jsonl" if part == "" else out_dir / stream / f"{safe_filename(part)}.jsonl"
+            path = (
+                out_dir / f"{stream}.jsonl"
+                if part == ""
+                else out_dir / stream / f"{safe_filename(part)}.jsonl"
+            )
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 for event in events:
@@ -172,4 +185,11 @@ def replay(config: Config, events_path: Path, out_dir: Path, engine: str) -> lis
     return write_outputs(outputs, out_dir, events.iso_times)
 
 
-__all__: Sequence[str] = ["ReplayInputError", "read_events", "replay", "run_reference", "run_spark", "write_outputs"]
+__all__: Sequence[str] = [
+    "ReplayInputError",
+    "read_events",
+    "replay",
+    "run_reference",
+    "run_spark",
+    "write_outputs",
+]

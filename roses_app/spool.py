@@ -80,10 +80,15 @@ class Spool:
 
     def _index(self, name: str, events: Sequence[Event]) -> None:
         with self._db:
-            self._db.executemany("INSERT OR IGNORE INTO keys VALUES (?)", [(e.key,) for e in events])
+            self._db.executemany(
+                "INSERT OR IGNORE INTO keys VALUES (?)", [(e.key,) for e in events]
+            )
             self._db.execute("INSERT OR IGNORE INTO files VALUES (?)", (name,))
             if events:
-                for counter, value in (("seq", max(e.seq for e in events)), ("ts", max(e.ts for e in events))):
+                for counter, value in (
+                    ("seq", max(e.seq for e in events)),
+                    ("ts", max(e.ts for e in events)),
+                ):
                     self._db.execute(
                         "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
                         "SET value = max(value, excluded.value)",

@@ -230,7 +230,9 @@ class Store:
                 conn = self._conn()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    removed = conn.execute("DELETE FROM entries WHERE stream = ?", (stream,)).rowcount
+                    removed = conn.execute(
+                        "DELETE FROM entries WHERE stream = ?", (stream,)
+                    ).rowcount
                     conn.execute("DELETE FROM feeds WHERE stream = ?", (stream,))
                     conn.execute(
                         "DELETE FROM batches WHERE query_id = ? OR query_id GLOB ?",

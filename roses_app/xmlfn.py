@@ -73,7 +73,9 @@ def compile_xpath(
     return CompiledXPath(expr, parser, token)
 
 
-def check_xpath(expr: str, namespaces: Namespaces = (), variables: tuple[str, ...] = ("i",)) -> None:
+def check_xpath(
+    expr: str, namespaces: Namespaces = (), variables: tuple[str, ...] = ("i",)
+) -> None:
     """Raise ExpressionError if ``expr`` does not compile."""
     compile_xpath(expr, namespaces, variables)
 

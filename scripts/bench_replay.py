@@ -29,7 +29,8 @@ streams:
     split: {{from: {{union: [wire, blog]}}, by: "string(category[1])"}}
 """
 
-WORDS = "volcano eruption football election market storm lava climate match vote".split()
+WORDS = ["volcano", "eruption", "football", "election", "market"]
+WORDS += ["storm", "lava", "climate", "match", "vote"]
 CATEGORIES = ["world", "sport", "science", "politics", "business"]
 
 
@@ -48,7 +49,9 @@ def generate(path: Path, n: int, seed: int = 7) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--items", type=int, default=100_000)
     args = parser.parse_args()
 
@@ -78,7 +81,9 @@ def main() -> None:
         (work / "out-reference" / p.relative_to(work / "out-spark")).read_bytes() == p.read_bytes()
         for p in (work / "out-spark").rglob("*.jsonl")
     )
-    print(f"spark / reference: {rates['spark'] / rates['reference']:.2f}x; identical outputs: {same}")
+    print(
+        f"spark / reference: {rates['spark'] / rates['reference']:.2f}x; identical outputs: {same}"
+    )
 
 
 if __name__ == "__main__":

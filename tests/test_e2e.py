@@ -94,7 +94,9 @@ class Roses:
     def healthy(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"roses run exited with {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            raise AssertionError(
+                f"roses run exited with {self.proc.returncode}:\n{self.log.read_text()[-4000:]}"
+            )
         try:
             return httpx.get(self.url("/healthz"), timeout=2).status_code == 200
         except httpx.HTTPError:
@@ -122,7 +124,9 @@ def setup(tmp_path: Path) -> Iterator[tuple[Site, Roses, Path]]:
     server = FeedServer()
     port = free_port()
     config = tmp_path / "feeds.yaml"
-    config.write_text(CONFIG.format(data=tmp_path / "data", port=port, feed=server.url("/news.xml")))
+    config.write_text(
+        CONFIG.format(data=tmp_path / "data", port=port, feed=server.url("/news.xml"))
+    )
     roses = Roses(config, port, tmp_path / "roses.log")
     try:
         yield Site(server), roses, tmp_path
@@ -135,12 +139,24 @@ def setup(tmp_path: Path) -> Iterator[tuple[Site, Roses, Path]]:
 
 def newsboat_reload(home: Path, url: str) -> dict[str, str]:
     """Reload one subscription with newsboat; return its cache: guid -> title."""
+    if shutil.which("newsboat") is None:
+        pytest.fail("newsboat is missing: `apt-get install newsboat` (.ci/run does)")
     home.mkdir(parents=True, exist_ok=True)
     (home / "urls").write_text(url + "\n")
     (home / "config").write_text("")
     cache = home / "cache.db"
     result = subprocess.run(
-        ["newsboat", "-x", "reload", "-u", str(home / "urls"), "-c", str(cache), "-C", str(home / "config")],
+        [
+            "newsboat",
+            "-x",
+            "reload",
+            "-u",
+            str(home / "urls"),
+            "-c",
+            str(cache),
+            "-C",
+            str(home / "config"),
+        ],
         env={**os.environ, "HOME": str(home)},
         capture_output=True,
         timeout=120,
@@ -151,7 +167,6 @@ def newsboat_reload(home: Path, url: str) -> dict[str, str]:
     return dict(rows)
 
 
-@pytest.mark.skipif(shutil.which("newsboat") is None, reason="newsboat is installed by .ci/run")
 def test_newsboat_subscribes_and_sees_new_items(setup: tuple[Site, Roses, Path]) -> None:
     site, roses, tmp = setup
     site.publish(("g1", "keep one"), ("g2", "drop two"), ("g3", "keep three"))
@@ -177,7 +192,6 @@ def test_newsboat_subscribes_and_sees_new_items(setup: tuple[Site, Roses, Path])
     assert roses.stop() == 0
 
 
-@pytest.mark.skipif(shutil.which("newsboat") is None, reason="newsboat is installed by .ci/run")
 def test_restart_loses_and_repeats_nothing(setup: tuple[Site, Roses, Path]) -> None:
     site, roses, tmp = setup
     site.publish(("g1", "keep one"), ("g2", "keep two"))
@@ -197,7 +211,9 @@ def test_restart_loses_and_repeats_nothing(setup: tuple[Site, Roses, Path]) -> N
     # Nothing was processed twice: the rows written by every micro-batch of the
     # stream add up to the distinct items it published.
     with sqlite3.connect(tmp / "data" / "store.sqlite") as db:
-        written = db.execute("SELECT sum(rows) FROM batches WHERE query_id LIKE 'picked-%'").fetchone()[0]
+        written = db.execute(
+            "SELECT sum(rows) FROM batches WHERE query_id LIKE 'picked-%'"
+        ).fetchone()[0]
         stored = db.execute("SELECT count(*) FROM entries WHERE stream = 'picked'").fetchone()[0]
     assert (written, stored) == (4, 4)
     with sqlite3.connect(tmp / "data" / "spool" / "index.sqlite") as db:

@@ -50,7 +50,10 @@ def _source(node: Source, inputs: Sequence[RefInput], ns: Namespaces) -> list[Re
 
 
 def _batched(
-    events: list[RefEvent], fn: Callable[[str, Namespaces, list[str | None]], list], expr: str, ns: Namespaces
+    events: list[RefEvent],
+    fn: Callable[[str, Namespaces, list[str | None]], list],
+    expr: str,
+    ns: Namespaces,
 ) -> list:
     return fn(expr, ns, [e.item for e in events])
 
@@ -70,14 +73,24 @@ def _map(node: Map, inputs: Sequence[RefInput], ns: Namespaces) -> list[RefEvent
 
     events = _evaluate(node.input, inputs, ns)
     new_items = _batched(events, map_batch, node.xpath, ns)
-    return [RefEvent(e.ts, e.seq, new) for e, new in zip(events, new_items, strict=True) if new is not None]
+    # A stream is a set of events: two copies of one event that map to the same item
+    # (possible below a union) are one event.
+    return ordered(
+        {
+            RefEvent(e.ts, e.seq, new)
+            for e, new in zip(events, new_items, strict=True)
+            if new is not None
+        }
+    )
 
 
 @_evaluate.register
 def _union(node: Union, inputs: Sequence[RefInput], ns: Namespaces) -> list[RefEvent]:
-    out: list[RefEvent] = []
+    # The seed's union is a set union of events: an event that reaches the union by
+    # several branches (Union(F, F), or σp(F) ∪ σq(F)) is there once.
+    out: set[RefEvent] = set()
     for child in node.inputs:
-        out.extend(_evaluate(child, inputs, ns))
+        out.update(_evaluate(child, inputs, ns))
     return ordered(out)
 
 
@@ -88,7 +101,9 @@ def evaluate(node: Node, inputs: Sequence[RefInput], namespaces: Namespaces = ()
     return ordered(_evaluate(node, inputs, namespaces))
 
 
-def evaluate_split(node: Split, inputs: Sequence[RefInput], ns: Namespaces) -> dict[str, list[RefEvent]]:
+def evaluate_split(
+    node: Split, inputs: Sequence[RefInput], ns: Namespaces
+) -> dict[str, list[RefEvent]]:
     from roses_app.xmlfn import split_batch
 
     events = ordered(_evaluate(node.input, inputs, ns))

@@ -39,5 +39,7 @@ def export_static(config: Config, store: Store, out_dir: Path) -> list[Path]:
             target = out_dir / "feeds" / f"{name}.{fmt}"
             written.append(_write(target, render(info, entries, updated=updated)))
     written.append(_write(out_dir / "feeds.opml", render_opml(catalog.groups())))
-    written.append(_write(out_dir / "index.html", render_index(catalog.groups(), catalog.stats(feeds))))
+    written.append(
+        _write(out_dir / "index.html", render_index(catalog.groups(), catalog.stats(feeds)))
+    )
     return written

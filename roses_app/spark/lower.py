@@ -47,7 +47,9 @@ def _filter(node: Filter, ctx: LowerContext) -> DataFrame:
 @lower.register
 def _map(node: Map, ctx: LowerContext) -> DataFrame:
     upstream = lower(node.input, ctx)
-    mapped = upstream.withColumn("item", udfs.accessor_udf(node.xpath, ctx.namespaces)(F.col("item")))
+    mapped = upstream.withColumn(
+        "item", udfs.accessor_udf(node.xpath, ctx.namespaces)(F.col("item"))
+    )
     return mapped.where(F.col("item").isNotNull())  # an empty accessor result is λ
 
 

@@ -47,7 +47,9 @@ def events_stream(spark: SparkSession, log_dir: Path) -> DataFrame:
     return spark.readStream.schema(SPARK_SCHEMA_DDL).json(str(log_dir))
 
 
-def stream_frame(spark: SparkSession, log_dir: Path, stream: Stream, namespaces: Namespaces) -> DataFrame:
+def stream_frame(
+    spark: SparkSession, log_dir: Path, stream: Stream, namespaces: Namespaces
+) -> DataFrame:
     return compile_stream(stream, LowerContext(events_stream(spark, log_dir), namespaces))
 
 
@@ -63,7 +65,10 @@ def _foreach(qid: str, sink: BatchSink) -> Callable[[DataFrame, int], None]:
         # Arrow transfer: several times faster than collect() for big batches.
         table = batch.toArrow()
         columns = [table.column(name).to_pylist() for name in OUTPUT_COLUMNS]
-        sink(qid, batch_id, list(zip(*columns, strict=True)))
+        # Union is a set union of events.  One event enters one micro-batch only, so
+        # the copies that reached a union through several branches are all here.
+        rows = list(dict.fromkeys(zip(*columns, strict=True)))
+        sink(qid, batch_id, rows)
 
     return handle
 
@@ -98,8 +103,10 @@ def start_queries(
             .option("checkpointLocation", str(checkpoint_root / qid))
             .foreachBatch(_foreach(qid, sink))
         )
-        writer = writer.trigger(availableNow=True) if once else writer.trigger(
-            processingTime=f"{trigger_seconds} seconds"
+        writer = (
+            writer.trigger(availableNow=True)
+            if once
+            else writer.trigger(processingTime=f"{trigger_seconds} seconds")
         )
         running.append(RunningQuery(stream.name, qid, writer.start()))
     return running
@@ -128,7 +135,11 @@ def stop_gracefully(queries: Sequence[RunningQuery], timeout: float = 60.0) -> N
     for running in queries:
         while running.query.isActive and running.query.status.get("isTriggerActive"):
             if time.monotonic() > deadline:
-                log.warning("stream %s: batch still running after %.0fs, stopping it", running.stream, timeout)
+                log.warning(
+                    "stream %s: batch still running after %.0fs, stopping it",
+                    running.stream,
+                    timeout,
+                )
                 break
             time.sleep(0.1)
         running.query.stop()

@@ -1,0 +1,67 @@
+"""Hypothesis strategies: random event lists and random v1 plans over them."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union
+from roses_app.algebra.reference import RefInput
+
+SOURCES = ("a", "b")
+WORDS = ("volcano", "football", "Iceland", "vote", "lava")
+CATEGORIES = ("world", "sport", "science")
+
+PREDICATES = (
+    "contains(lower-case(title), 'volcano')",
+    "category = 'sport'",
+    "string-length(title) > 12",
+    "not(category = 'world')",
+    "exists(link)",
+)
+ACCESSORS = (
+    "title",
+    "title, category",
+    "category[. = 'sport']",  # empty for most items: they are dropped (λ)
+    ".",
+)
+SPLITTERS = (
+    "string(category)",
+    "if (contains(title, 'lava')) then 'hot' else ()",  # empty: the item goes nowhere
+)
+
+
+@st.composite
+def items(draw: st.DrawFn) -> str:
+    title = " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)))
+    category = draw(st.sampled_from(CATEGORIES))
+    link = draw(st.booleans())
+    link_el = f"<link>http://example.org/{draw(st.integers(0, 99))}</link>" if link else ""
+    return f"<item><title>{title}</title>{link_el}<category>{category}</category></item>"
+
+
+@st.composite
+def event_lists(draw: st.DrawFn, max_size: int = 25) -> list[RefInput]:
+    n = draw(st.integers(0, max_size))
+    times = sorted(draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)))
+    return [
+        RefInput(draw(st.sampled_from(SOURCES)), ts, seq, draw(items()))
+        for seq, ts in enumerate(times, start=1)
+    ]
+
+
+def plans(max_leaves: int = 4) -> st.SearchStrategy[Node]:
+    leaves = st.sampled_from(SOURCES).map(Source)
+
+    def extend(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+        return st.one_of(
+            st.builds(Filter, children, st.sampled_from(PREDICATES)),
+            st.builds(Map, children, st.sampled_from(ACCESSORS)),
+            st.lists(children, min_size=2, max_size=3).map(lambda xs: Union(tuple(xs))),
+        )
+
+    return st.recursive(leaves, extend, max_leaves=max_leaves)
+
+
+def stream_plans() -> st.SearchStrategy[Node]:
+    """A plan, possibly under a split at its root."""
+    return st.one_of(plans(), st.builds(Split, plans(), st.sampled_from(SPLITTERS)))
