@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import event_lists, stream_plans
 
 from roses_app.config.model import Config, Settings, SparkSettings, StreamConfig
 from roses_app.replay import EventList, run_reference, run_spark
-
-from strategies import event_lists, stream_plans
 
 pytestmark = pytest.mark.spark
 
