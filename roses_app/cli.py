@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
 import sys
@@ -111,7 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    Daemon(config).run(stop)
+    try:
+        Daemon(config).run(stop)
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        print(f"roses: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -56,7 +56,12 @@ class Daemon:
         self.queries: list[Any] = []
         self.http: HttpServer | None = None
         self.started_at = clock()
-        self.counters = {"items_spooled": 0, "batches_written": 0, "rows_written": 0}
+        self.counters = {
+            "items_spooled": 0,
+            "batches_written": 0,
+            "rows_written": 0,
+            "query_restarts": 0,
+        }
         self._lock = threading.Lock()
 
     # -- stage glue -----------------------------------------------------------------
@@ -92,15 +97,16 @@ class Daemon:
     def streams(self) -> list[Stream]:
         return [Stream(s.name, s.plan, s.origin) for s in self.config.streams.values()]
 
-    def start_queries(self, once: bool) -> None:
+    def start_queries(self, once: bool, only: list[Stream] | None = None) -> list[Any]:
+        """Start the queries of ``only`` (default: every stream); returns them."""
         from roses_app.spark.runner import start_queries
         from roses_app.spark.session import build_session
 
         settings = self.config.settings
         spark = build_session(settings.spark, settings.data_dir / "cache")
-        self.queries = start_queries(
+        return start_queries(
             spark,
-            self.streams(),
+            self.streams() if only is None else only,
             settings.namespaces,
             self.spool.log_dir,
             settings.data_dir / "checkpoints",
@@ -117,7 +123,7 @@ class Daemon:
 
         results = self.scheduler.poll_all_once()
         failed = [r for r in results if r.status == "error"]
-        self.start_queries(once=True)
+        self.queries = self.start_queries(once=True)
         await_all(self.queries)
         out = export_dir or self.config.settings.data_dir / "public"
         written = export_static(self.config, self.store, out)
@@ -140,7 +146,7 @@ class Daemon:
         self.http.start()
         log.info("serving feeds at %s/", self.http.url)
         try:
-            self.start_queries(once=False)
+            self.queries = self.start_queries(once=False)
             self.scheduler.start()
             while not stop.wait(1.0):
                 self._check_queries()
@@ -153,10 +159,19 @@ class Daemon:
             log.info("stopped")
 
     def _check_queries(self) -> None:
-        for running in self.queries:
-            if not running.query.isActive:
-                exc = running.query.exception()
-                raise RuntimeError(f"stream {running.stream} stopped: {exc}")
+        """Restart a stream whose query died; it resumes from its checkpoint."""
+        by_name = {s.name: s for s in self.streams()}
+        for index, running in enumerate(self.queries):
+            if running.query.isActive:
+                continue
+            with self._lock:
+                self.counters["query_restarts"] += 1
+            log.error(
+                "stream %s stopped (%s); restarting it from its checkpoint",
+                running.stream,
+                running.query.exception(),
+            )
+            self.queries[index] = self.start_queries(once=False, only=[by_name[running.stream]])[0]
 
     def health(self) -> dict[str, Any]:
         queries = {

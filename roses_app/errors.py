@@ -59,3 +59,7 @@ class StoreError(RosesError, OSError):
 
 class JavaNotFoundError(RosesError, FileNotFoundError):
     """No Java runtime that Spark can use was found."""
+
+
+class QueryError(RosesError, RuntimeError):
+    """A stream's Spark query failed."""

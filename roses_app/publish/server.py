@@ -14,6 +14,7 @@ the store) and answer conditional requests with 304; gzip is negotiated.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -277,9 +278,11 @@ class HttpServer:
                 sock.close()
                 last = exc
         raise OSError(
-            f"the HTTP server could not listen on {self.host}:{self._requested_port}: {last}"
-            " (is the port in use? change settings.http.port in feeds.yaml)"
-        )
+            last.errno if last is not None else errno.EADDRNOTAVAIL,
+            f"the HTTP server could not listen on {self.host}:{self._requested_port}: "
+            f"{last.strerror if last is not None else 'no address'}"
+            " (is the port in use? change settings.http.port in feeds.yaml)",
+        ) from last
 
     def _run(self, sock: socket.socket) -> None:
         try:

@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.plan import Stream
+from roses_app.errors import QueryError
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream
 from roses_app.spool import SPARK_SCHEMA_DDL
 
@@ -126,7 +127,7 @@ def await_all(queries: Sequence[RunningQuery]) -> None:
         running.query.awaitTermination()
         exc = running.query.exception()
         if exc is not None:
-            raise RuntimeError(f"stream {running.stream} failed: {exc}") from exc
+            raise QueryError(f"stream {running.stream} failed: {exc}") from exc
 
 
 def stop_gracefully(queries: Sequence[RunningQuery], timeout: float = 60.0) -> None:

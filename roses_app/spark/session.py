@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -12,6 +13,7 @@ from roses_app.javaenv import apply_java_env
 
 log = logging.getLogger(__name__)
 
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -30,6 +32,10 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        # Adaptive execution does not apply to streaming queries (Spark warns if on).
+        "spark.sql.adaptive.enabled": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
     }
     conf.update(dict(settings.conf))
     return conf
@@ -38,6 +44,8 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
 def build_session(settings: SparkSettings, cache_dir: Path) -> SparkSession:
     """Get or create the SparkSession, making sure a usable Java runtime is there."""
     apply_java_env(cache_dir)
+    # Spark binds to 127.0.0.1 and does not warn that the host name is a loopback one.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
