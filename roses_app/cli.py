@@ -97,7 +97,8 @@ def cmd_once(args: argparse.Namespace) -> int:
     finally:
         daemon.close()
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
-    return EXIT_FAILED if summary["failed_sources"] and args.strict else EXIT_OK
+    failing = summary["failed_sources"] + summary["sources_in_backoff"]
+    return EXIT_FAILED if failing and args.strict else EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     once = command("once", "poll every source once, process everything, write the feeds, exit")
     once.add_argument("--export", help="folder for the static feed files (default DATA_DIR/public)")
-    once.add_argument("--strict", action="store_true", help="exit 1 when a source failed")
+    once.add_argument("--strict", action="store_true", help="exit 1 when a source failed or is backing off")
     once.set_defaults(func=cmd_once)
     command("check", "check feeds.yaml and report every mistake").set_defaults(func=cmd_check)
     explain = command("explain", "print the logical plan and Spark's plan of streams")

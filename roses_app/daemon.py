@@ -123,6 +123,7 @@ class Daemon:
 
         results = self.scheduler.poll_all_once()
         failed = [r for r in results if r.status == "error"]
+        backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
         await_all(self.queries)
         out = export_dir or self.config.settings.data_dir / "public"
@@ -130,6 +131,7 @@ class Daemon:
         return {
             "sources": len(results),
             "failed_sources": len(failed),
+            "sources_in_backoff": len(backing_off),
             "items_spooled": self.counters["items_spooled"],
             "rows_written": self.counters["rows_written"],
             "files_written": len(written),

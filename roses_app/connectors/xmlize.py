@@ -200,8 +200,8 @@ def _get(mapping: Any, key: str) -> Any:
         return dict.get(mapping, key)
     try:
         return mapping.get(key)
-    except Exception:  # FeedParserDict raises odd errors for some derived keys
-        return None
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError):
+        return None  # FeedParserDict raises these for some derived keys it cannot build
 
 
 def _str(mapping: Any, key: str) -> str:

@@ -1,0 +1,93 @@
+"""The `roses` command: check, explain, once (cron mode) and replay."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import feedparser
+import pytest
+
+from roses_app.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_check_accepts_the_shipped_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "-c", str(REPO / "feeds.yaml")]) == 0
+    assert "OK (5 sources, 4 streams)" in capsys.readouterr().out
+
+
+def test_check_reports_every_mistake_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    bad = DATA / "config" / "bad_many.yaml"
+    assert main(["check", "-c", str(bad)]) == 2
+    err = capsys.readouterr().err
+    expected = [line.split(":", 1)[0] for line in (bad.with_suffix(".expected")).read_text().splitlines()]
+    for line in expected:
+        assert f"{bad}:{line}:" in err
+    assert "nothing was started" in err
+
+
+def test_explain_prints_the_plan_with_its_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    config = DATA / "replay" / "spine" / "feeds.yaml"
+    assert main(["explain", "--logical-only", "-c", str(config), "titles"]) == 0
+    out = capsys.readouterr().out
+    assert "Map μ xpath 'title'" in out
+    assert f"Union ∪ of 2  [{config}:8]" in out
+    assert main(["explain", "--logical-only", "-c", str(config), "nope"]) == 2
+
+
+def test_replay_cli_writes_the_reference_outputs(tmp_path: Path) -> None:
+    fixture = DATA / "replay" / "spine"
+    args = ["replay", "-c", str(fixture / "feeds.yaml"), "--events", str(fixture / "events.jsonl")]
+    assert main([*args, "--out", str(tmp_path), "--engine", "reference"]) == 0
+    got = [json.loads(line)["ts"] for line in (tmp_path / "topics" / "sport.jsonl").read_text().splitlines()]
+    assert got == [2, 4]
+
+
+@pytest.mark.spark
+def test_once_processes_good_sources_and_survives_bad_ones(
+    tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(REPO / "examples" / "feeds" / "bigpicture.xml", tmp_path / "good.xml")
+    (tmp_path / "broken.xml").write_text("this is not a feed <<<")
+    (tmp_path / "feeds.yaml").write_text(
+        f"""
+settings: {{data_dir: ./data}}
+sources:
+  good:   {{feed: "file:good.xml"}}
+  broken: {{feed: "file:broken.xml"}}
+  down:   {{feed: "http://127.0.0.1:{closed_port()}/feed.xml"}}
+streams:
+  volcano:
+    filter: {{from: good, where: "category = 'volcano'"}}
+    publish: {{title: "Volcano"}}
+  all:
+    union: [good, broken, down]
+    publish: true
+"""
+    )
+    assert main(["once", "-c", str(tmp_path / "feeds.yaml")]) == 0
+    summary = capsys.readouterr().out
+    assert "sources=3 failed_sources=2" in summary
+    public = tmp_path / "data" / "public"
+    volcano = feedparser.parse((public / "feeds" / "volcano.rss").read_bytes())
+    assert len(volcano.entries) == 6 and not volcano.bozo  # 6 items are tagged volcano
+    everything = feedparser.parse((public / "feeds" / "all.atom").read_bytes())
+    assert len(everything.entries) == 8
+    assert "volcano.rss" in (public / "feeds.opml").read_text()
+    # A second run finds nothing new and changes nothing.
+    before = (public / "feeds" / "all.atom").read_bytes()
+    assert main(["once", "-c", str(tmp_path / "feeds.yaml"), "--strict"]) == 1
+    second = capsys.readouterr().out
+    assert "failed_sources=0 sources_in_backoff=2 items_spooled=0" in second
+    assert (public / "feeds" / "all.atom").read_bytes() == before
