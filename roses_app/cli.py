@@ -138,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     once = command("once", "poll every source once, process everything, write the feeds, exit")
     once.add_argument("--export", help="folder for the static feed files (default DATA_DIR/public)")
-    once.add_argument("--strict", action="store_true", help="exit 1 when a source failed or is backing off")
+    once.add_argument(
+        "--strict", action="store_true", help="exit 1 when a source failed or is backing off"
+    )
     once.set_defaults(func=cmd_once)
     command("check", "check feeds.yaml and report every mistake").set_defaults(func=cmd_check)
     explain = command("explain", "print the logical plan and Spark's plan of streams")

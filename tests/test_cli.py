@@ -31,7 +31,9 @@ def test_check_reports_every_mistake_and_exits_2(capsys: pytest.CaptureFixture[s
     bad = DATA / "config" / "bad_many.yaml"
     assert main(["check", "-c", str(bad)]) == 2
     err = capsys.readouterr().err
-    expected = [line.split(":", 1)[0] for line in (bad.with_suffix(".expected")).read_text().splitlines()]
+    expected = [
+        line.split(":", 1)[0] for line in (bad.with_suffix(".expected")).read_text().splitlines()
+    ]
     for line in expected:
         assert f"{bad}:{line}:" in err
     assert "nothing was started" in err
@@ -50,7 +52,10 @@ def test_replay_cli_writes_the_reference_outputs(tmp_path: Path) -> None:
     fixture = DATA / "replay" / "spine"
     args = ["replay", "-c", str(fixture / "feeds.yaml"), "--events", str(fixture / "events.jsonl")]
     assert main([*args, "--out", str(tmp_path), "--engine", "reference"]) == 0
-    got = [json.loads(line)["ts"] for line in (tmp_path / "topics" / "sport.jsonl").read_text().splitlines()]
+    got = [
+        json.loads(line)["ts"]
+        for line in (tmp_path / "topics" / "sport.jsonl").read_text().splitlines()
+    ]
     assert got == [2, 4]
 
 
