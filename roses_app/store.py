@@ -185,38 +185,40 @@ class Store:
 
     # -- writing -------------------------------------------------------------------
 
-    def write_batch(self, query_id: str, batch_id: int, rows: Sequence[OutRow]) -> bool:
-        """Apply one micro-batch atomically; False (and no change) if already applied."""
-        prepared = self._prepare(rows)
-        now = self._clock()
+    @contextmanager
+    def _transaction(self, failure: str) -> Iterator[sqlite3.Connection]:
+        """One serialized write transaction; rolled back on any error."""
         try:
             with self._write_lock:
                 conn = self._conn()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    applied = conn.execute(
-                        "SELECT 1 FROM batches WHERE query_id = ? AND batch_id = ?",
-                        (query_id, int(batch_id)),
-                    ).fetchone()
-                    if applied:
-                        conn.execute("ROLLBACK")
-                        return False
-                    for row, guid in prepared:
-                        self._upsert(conn, row, guid, now)
-                    conn.execute(
-                        "INSERT INTO batches(query_id, batch_id, applied_at, rows)"
-                        " VALUES (?, ?, ?, ?)",
-                        (query_id, int(batch_id), now, len(prepared)),
-                    )
+                    yield conn
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"cannot write batch {batch_id} of {query_id} to {self.path}: {exc}"
-            ) from exc
+            raise StoreError(f"{failure} in {self.path}: {exc}") from exc
+
+    def write_batch(self, query_id: str, batch_id: int, rows: Sequence[OutRow]) -> bool:
+        """Apply one micro-batch atomically; False (and no change) if already applied."""
+        prepared = self._prepare(rows)
+        now = self._clock()
+        with self._transaction(f"cannot write batch {batch_id} of {query_id}") as conn:
+            applied = conn.execute(
+                "SELECT 1 FROM batches WHERE query_id = ? AND batch_id = ?",
+                (query_id, int(batch_id)),
+            ).fetchone()
+            if applied:
+                return False  # nothing was written: the commit is empty
+            for row, guid in prepared:
+                self._upsert(conn, row, guid, now)
+            conn.execute(
+                "INSERT INTO batches(query_id, batch_id, applied_at, rows) VALUES (?, ?, ?, ?)",
+                (query_id, int(batch_id), now, len(prepared)),
+            )
         return True
 
     def restart_stream(self, stream: str, query_id: str) -> int:
@@ -225,26 +227,13 @@ class Store:
         The new query recomputes everything from the spool, so rows and batch ids of
         the stream's former queries would only be stale.  Returns the rows removed.
         """
-        try:
-            with self._write_lock:
-                conn = self._conn()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    removed = conn.execute(
-                        "DELETE FROM entries WHERE stream = ?", (stream,)
-                    ).rowcount
-                    conn.execute("DELETE FROM feeds WHERE stream = ?", (stream,))
-                    conn.execute(
-                        "DELETE FROM batches WHERE query_id = ? OR query_id GLOB ?",
-                        (query_id, f"{stream}-" + "[0-9a-f]" * 16),
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot reset stream {stream} in {self.path}: {exc}") from exc
+        with self._transaction(f"cannot reset stream {stream}") as conn:
+            removed = conn.execute("DELETE FROM entries WHERE stream = ?", (stream,)).rowcount
+            conn.execute("DELETE FROM feeds WHERE stream = ?", (stream,))
+            conn.execute(
+                "DELETE FROM batches WHERE query_id = ? OR query_id GLOB ?",
+                (query_id, f"{stream}-" + "[0-9a-f]" * 16),
+            )
         return int(removed)
 
     @staticmethod

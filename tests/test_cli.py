@@ -96,3 +96,18 @@ streams:
     second = capsys.readouterr().out
     assert "failed_sources=0 sources_in_backoff=2 items_spooled=0" in second
     assert (public / "feeds" / "all.atom").read_bytes() == before
+
+
+@pytest.mark.spark
+def test_explain_prints_sparks_plans(
+    tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixture = DATA / "replay" / "spine"
+    config = tmp_path / "feeds.yaml"
+    config.write_text((fixture / "feeds.yaml").read_text().replace("./data", str(tmp_path)))
+    assert main(["explain", "-c", str(config), "topics"]) == 0
+    out = capsys.readouterr().out
+    assert "== stream topics: Spark plan" in out
+    assert "== Physical Plan ==" in out
+    assert "ArrowEvalPython" in out  # the split function runs as a vectorized UDF
+    assert out.count("ArrowEvalPython") == 1  # ... and only once per item

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_connector_support import FakeClock, FeedServer, Reply, conditional, rss
 
 from roses_app.config.model import FetchSettings
 from roses_app.connectors.fetch import (
@@ -20,25 +21,6 @@ from roses_app.connectors.fetch import (
     parse_retry_after,
 )
 from roses_app.errors import FetchError
-
-try:
-    from test_connector_support import (  # type: ignore[import-not-found]
-        FakeClock,
-        FeedServer,
-        Reply,
-        conditional,
-        feed_server,
-        rss,
-    )
-except ImportError:  # tests/ is a package
-    from tests.test_connector_support import (  # type: ignore[no-redef]
-        FakeClock,
-        FeedServer,
-        Reply,
-        conditional,
-        feed_server,  # noqa: F401  (a fixture)
-        rss,
-    )
 
 BODY = rss(("a", "First"), ("b", "Second"))
 SETTINGS = FetchSettings(timeout_seconds=2.0, max_bytes=64 * 1024, user_agent="ROSES-test/1.0")

@@ -10,30 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_connector_support import FakeClock, FeedServer, Reply, conditional, rss
 
 from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.poller import Poller
 from roses_app.connectors.state import StateStore
 from roses_app.items import parse_item
-
-try:
-    from test_connector_support import (  # type: ignore[import-not-found]
-        FakeClock,
-        FeedServer,
-        Reply,
-        conditional,
-        feed_server,
-        rss,
-    )
-except ImportError:  # tests/ is a package
-    from tests.test_connector_support import (  # type: ignore[no-redef]
-        FakeClock,
-        FeedServer,
-        Reply,
-        conditional,
-        feed_server,  # noqa: F401  (a fixture)
-        rss,
-    )
 
 EVERY = 600.0
 SETTINGS = FetchSettings(timeout_seconds=1.0, max_bytes=256 * 1024, max_backoff_seconds=6 * 3600.0)

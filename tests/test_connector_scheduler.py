@@ -8,26 +8,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from test_connector_support import FeedServer, Reply, rss
 
 from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.poller import Poller, PollResult
 from roses_app.connectors.scheduler import FeedScheduler
 from roses_app.connectors.state import StateStore
-
-try:
-    from test_connector_support import (  # type: ignore[import-not-found]
-        FeedServer,
-        Reply,
-        feed_server,
-        rss,
-    )
-except ImportError:  # tests/ is a package
-    from tests.test_connector_support import (  # type: ignore[no-redef]
-        FeedServer,
-        Reply,
-        feed_server,  # noqa: F401  (a fixture)
-        rss,
-    )
 
 BODY = rss(("a", "One"), ("b", "Two"))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from roses_app.config.durations import DURATION_HINT, SIZE_HINT, parse_duration, parse_size
@@ -16,6 +16,7 @@ from roses_app.config.yamlmarks import Marked, describe
 from roses_app.errors import ConfigProblem
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -175,38 +176,39 @@ class Section:
         return value.value
 
     def duration(self, key: str, default: T, *, positive: bool = True) -> float | T:
-        value = self.values.get(key)
-        if value is None:
-            return default
-        if isinstance(value.value, bool) or not isinstance(value.value, str | int | float):
-            self.bad(key, f"a duration ({DURATION_HINT})")
-            return default
-        try:
-            seconds = parse_duration(value.value)
-        except ValueError as exc:
-            self.problems.add(value.line, f"{exc} in {self.field(key)}")
-            return default
-        if positive and seconds <= 0:
-            self.problems.add(value.line, f"{self.field(key)} must be longer than zero")
-            return default
-        return seconds
+        hint = f"a duration ({DURATION_HINT})"
+        rule = "must be longer than zero" if positive else None
+        return self._parsed(key, default, parse_duration, hint, rule)
 
     def size(self, key: str, default: T, *, positive: bool = True) -> int | T:
+        hint = f"a size ({SIZE_HINT})"
+        rule = "must be larger than zero" if positive else None
+        return self._parsed(key, default, parse_size, hint, rule)
+
+    def _parsed(
+        self,
+        key: str,
+        default: T,
+        parse: Callable[[str | int | float], N],
+        expected: str,
+        not_positive: str | None,
+    ) -> N | T:
+        """A scalar read with ``parse``; mistakes are recorded, ``default`` returned."""
         value = self.values.get(key)
         if value is None:
             return default
         if isinstance(value.value, bool) or not isinstance(value.value, str | int | float):
-            self.bad(key, f"a size ({SIZE_HINT})")
+            self.bad(key, expected)
             return default
         try:
-            size = parse_size(value.value)
+            parsed = parse(value.value)
         except ValueError as exc:
             self.problems.add(value.line, f"{exc} in {self.field(key)}")
             return default
-        if positive and size <= 0:
-            self.problems.add(value.line, f"{self.field(key)} must be larger than zero")
+        if not_positive is not None and parsed <= 0:
+            self.problems.add(value.line, f"{self.field(key)} {not_positive}")
             return default
-        return size
+        return parsed
 
     def section(
         self, key: str, *, required: Sequence[str] = (), optional: Sequence[str] = ()

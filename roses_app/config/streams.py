@@ -248,22 +248,18 @@ class StreamPlanner:
 # -- the operators of algebra v1 ---------------------------------------------------------
 
 
-def _filter(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "where"))
-    source = ctx.input(args.get("from"))
-    where = ctx.xpath(args, "where")
-    if source is None or where is None:
-        return None
-    return Filter(source, where, origin=ctx.origin)
+def _unary(node_type: type[Filter | Map | Split], key: str) -> Builder:
+    """The builder of ``{from: INPUT, KEY: XPATH}`` operators (filter, map, split)."""
 
+    def build(ctx: OperatorContext, value: Marked) -> Node | None:
+        args = ctx.arguments(value, required=("from", key))
+        source = ctx.input(args.get("from"))
+        expr = ctx.xpath(args, key)
+        if source is None or expr is None:
+            return None
+        return node_type(source, expr, origin=ctx.origin)
 
-def _map(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "xpath"))
-    source = ctx.input(args.get("from"))
-    xpath = ctx.xpath(args, "xpath")
-    if source is None or xpath is None:
-        return None
-    return Map(source, xpath, origin=ctx.origin)
+    return build
 
 
 def _union(ctx: OperatorContext, value: Marked) -> Node | None:
@@ -279,16 +275,7 @@ def _union(ctx: OperatorContext, value: Marked) -> Node | None:
     return Union(tuple(i for i in inputs if i is not None), origin=ctx.origin)
 
 
-def _split(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "by"))
-    source = ctx.input(args.get("from"))
-    by = ctx.xpath(args, "by")
-    if source is None or by is None:
-        return None
-    return Split(source, by, origin=ctx.origin)
-
-
-register_operator("filter", _filter)
-register_operator("map", _map)
+register_operator("filter", _unary(Filter, "where"))
+register_operator("map", _unary(Map, "xpath"))
 register_operator("union", _union)
-register_operator("split", _split, root_only=True)
+register_operator("split", _unary(Split, "by"), root_only=True)

@@ -363,25 +363,24 @@ def _author(entry: Mapping[str, Any]) -> str:
     return _str(entry, "author")
 
 
+def _person_names(people: Any) -> list[str]:
+    """The distinct, cleaned names of a feedparser list of people, in order."""
+    names: list[str] = []
+    for person in _dict_list(people):
+        name = clean_text(person.get("name") or "").strip()
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
 def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | None) -> None:
     comments = _str(entry, "comments")
     if comments:
         b.add("comments", comments)
 
-    creators: list[str] = []
-    for person in _dict_list(_get(entry, "authors")):
-        name = clean_text(person.get("name") or "").strip()
-        if name and name not in creators:
-            creators.append(name)
-    for name in creators:
-        b.add("creator", name, ns=DC_NS)
-    contributors: list[str] = []
-    for person in _dict_list(_get(entry, "contributors")):
-        name = clean_text(person.get("name") or "").strip()
-        if name and name not in contributors:
-            contributors.append(name)
-    for name in contributors:
-        b.add("contributor", name, ns=DC_NS)
+    for key, tag in (("authors", "creator"), ("contributors", "contributor")):
+        for name in _person_names(_get(entry, key)):
+            b.add(tag, name, ns=DC_NS)
 
     rights = _str(entry, "rights")
     if rights:
