@@ -14,6 +14,18 @@ from roses_app.algebra.plan import (
     Split,
     Stream,
     Union,
+    XQuery,
 )
 
-__all__ = ["NODE_TYPES", "Filter", "Map", "Node", "Origin", "Source", "Split", "Stream", "Union"]
+__all__ = [
+    "NODE_TYPES",
+    "Filter",
+    "Map",
+    "Node",
+    "Origin",
+    "Source",
+    "Split",
+    "Stream",
+    "Union",
+    "XQuery",
+]

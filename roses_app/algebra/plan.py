@@ -57,11 +57,37 @@ class Filter(Node):
 
 
 @dataclass(frozen=True)
+class XQuery:
+    """An XQuery 3.1 main module: a mutator or a reducer.
+
+    ``file`` and ``line`` say where ``text`` starts (an xquery/*.xq file at line 1, or
+    the feeds.yaml line of inline text), so processor errors can be reported there.
+    The text is part of the plan: editing the file changes the stream's fingerprint.
+    """
+
+    text: str
+    file: str = ""
+    line: int = 1
+
+    def __str__(self) -> str:
+        return self.file or "inline XQuery"
+
+
+@dataclass(frozen=True)
 class Map(Node):
-    """μ_map: replace each item by what the XPath accessor selects (empty drops it)."""
+    """μ_map: replace each item by the result of an item function; λ (empty) drops it.
+
+    Exactly one of ``xpath`` (an accessor: the selected part of the item) or
+    ``xquery`` (a mutator over ``$i``) is set.
+    """
 
     input: Node
-    xpath: str
+    xpath: str = ""
+    xquery: XQuery | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.xpath) == (self.xquery is not None):
+            raise ValueError("Map needs exactly one of xpath or xquery")
 
     def children(self) -> tuple[Node, ...]:
         return (self.input,)
