@@ -17,6 +17,7 @@ from typing import Any
 from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config
 from roses_app.connectors import FeedScheduler, Poller, StateStore
+from roses_app.connectors.mail import MailConnectors
 from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
 from roses_app.publish.server import HttpServer, create_app
@@ -53,7 +54,9 @@ class Daemon:
             self.states, config.settings.fetch, clock, self.ingest, base_dir=config.path.parent
         )
         self.scheduler = FeedScheduler(self.poller, config.sources, clock)
+        self.mail = MailConnectors(config.sources, data / "mail.sqlite", self.ingest, clock, data)
         self.queries: list[Any] = []
+        self.errors: Any = None  # Spark accumulator: dropped items per step
         self.http: HttpServer | None = None
         self.started_at = clock()
         self.counters = {
@@ -99,11 +102,13 @@ class Daemon:
 
     def start_queries(self, once: bool, only: list[Stream] | None = None) -> list[Any]:
         """Start the queries of ``only`` (default: every stream); returns them."""
-        from roses_app.spark.runner import start_queries
+        from roses_app.spark.runner import error_counter, start_queries
         from roses_app.spark.session import build_session
 
         settings = self.config.settings
         spark = build_session(settings.spark, settings.data_dir / "cache")
+        if self.errors is None:
+            self.errors = error_counter(spark)
         return start_queries(
             spark,
             self.streams() if only is None else only,
@@ -114,6 +119,7 @@ class Daemon:
             once=once,
             trigger_seconds=settings.spark.trigger_seconds,
             on_fresh=self._fresh_stream,
+            errors=self.errors,
         )
 
     # -- modes ------------------------------------------------------------------------
@@ -121,7 +127,7 @@ class Daemon:
         """Poll every source once, process everything pending, export static feeds."""
         from roses_app.spark.runner import await_all
 
-        results = self.scheduler.poll_all_once()
+        results = self.scheduler.poll_all_once() + self.mail.poll_all_once()
         failed = [r for r in results if r.status == "error"]
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
@@ -150,11 +156,13 @@ class Daemon:
         try:
             self.queries = self.start_queries(once=False)
             self.scheduler.start()
+            self.mail.start()
             while not stop.wait(1.0):
                 self._check_queries()
         finally:
             log.info("stopping: finishing polls and the batch in flight")
             self.scheduler.shutdown(wait=True)
+            self.mail.shutdown(wait=True)
             stop_gracefully(self.queries)
             self.http.stop()
             self.close()
@@ -187,7 +195,10 @@ class Daemon:
                 "message": result.message,
                 "at": at,
             }
-            for name, (at, result) in self.scheduler.last_results.items()
+            for name, (at, result) in {
+                **self.scheduler.last_results,
+                **self.mail.last_results,
+            }.items()
         }
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
         ok = len(queries) == len(self.config.streams) and all(q["active"] for q in queries.values())
@@ -200,10 +211,12 @@ class Daemon:
             "sources": sources,
             "spool_items": self.spool.count(),
             "feeds": len(Catalog(self.config, self.store).feeds()),
+            "dropped_items_per_step": dict(self.errors.value) if self.errors is not None else {},
             **counters,
         }
 
     def close(self) -> None:
+        self.mail.close()
         self.poller.close()
         self.states.close()
         self.spool.close()

@@ -23,8 +23,10 @@ import httpx
 import pytest
 from lxml import etree
 from test_connector_support import FeedServer, conditional, rss
+from test_mail_support import Mailbox, dovecot_fixture, dovecot_server_fixture, message
 
 pytestmark = pytest.mark.e2e
+_FIXTURES = (dovecot_fixture, dovecot_server_fixture)  # a real IMAP server for the mail test
 
 CONFIG = """
 settings:
@@ -218,3 +220,58 @@ def test_restart_loses_and_repeats_nothing(setup: tuple[Site, Roses, Path]) -> N
     assert (written, stored) == (4, 4)
     with sqlite3.connect(tmp / "data" / "spool" / "index.sqlite") as db:
         assert db.execute("SELECT count(*) FROM keys").fetchone()[0] == 5
+
+
+MAIL_CONFIG = """
+settings:
+  data_dir: {data}
+  http: {{host: 127.0.0.1, port: {port}}}
+  spark: {{master: "local[2]", trigger: 1s}}
+sources:
+  inbox:
+    mail: {{imap: {{host: 127.0.0.1, port: {imap_port}, security: none, user: {user},
+                   password_env: ROSES_TEST_IMAP_PASSWORD, folder: INBOX, idle: true}}}}
+streams:
+  newsletters:
+    filter: {{from: inbox, where: "starts-with(title, 'Newsletter')"}}
+    publish: {{title: "Newsletters"}}
+"""
+
+
+def test_newsboat_reads_a_filtered_mailbox(
+    dovecot: Mailbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dovecot.deliver(message(1, "Newsletter #1: volcanoes"))
+    dovecot.deliver(message(2, "Invoice 2024-01"))
+    dovecot.deliver(message(3, "Newsletter #2: football"))
+    port = free_port()
+    config = tmp_path / "feeds.yaml"
+    config.write_text(
+        MAIL_CONFIG.format(
+            data=tmp_path / "data", port=port, imap_port=dovecot.port, user=dovecot.user
+        )
+    )
+    monkeypatch.setenv("ROSES_TEST_IMAP_PASSWORD", dovecot.password)
+    roses = Roses(config, port, tmp_path / "roses.log")
+    try:
+        roses.start()
+        feed = "/feeds/newsletters.rss"
+        wait_for(lambda: len(roses.guids(feed)) == 2, 120, "the two newsletters")
+        url = roses.url(feed)
+        assert newsboat_reload(tmp_path / "reader", url) == {
+            "1@roses.test": "Newsletter #1: volcanoes",  # guid: the Message-ID
+            "3@roses.test": "Newsletter #2: football",
+        }
+        # IDLE: a new mail becomes an item without waiting for a poll interval.
+        dovecot.deliver(message(4, "Newsletter #3: elections"))
+        wait_for(lambda: len(roses.guids(feed)) == 3, 60, "the mail delivered while running")
+        assert set(newsboat_reload(tmp_path / "reader", url).values()) == {
+            "Newsletter #1: volcanoes",
+            "Newsletter #2: football",
+            "Newsletter #3: elections",
+        }
+        assert roses.stop() == 0
+    finally:
+        if roses.proc is not None:
+            roses.proc.kill()
+            roses.proc.wait()

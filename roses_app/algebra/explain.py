@@ -12,6 +12,8 @@ def describe(node: Node) -> str:
     if isinstance(node, Filter):
         return f"Filter σ where {node.where!r}"
     if isinstance(node, Map):
+        if node.xquery is not None:
+            return f"Map μ xquery {node.xquery}"
         return f"Map μ xpath {node.xpath!r}"
     if isinstance(node, Union):
         return f"Union ∪ of {len(node.inputs)}"

@@ -69,10 +69,14 @@ def _filter(node: Filter, inputs: Sequence[RefInput], ns: Namespaces) -> list[Re
 
 @_evaluate.register
 def _map(node: Map, inputs: Sequence[RefInput], ns: Namespaces) -> list[RefEvent]:
-    from roses_app.xmlfn import map_batch
+    from roses_app.xmlfn import map_batch, mutate_batch
 
     events = _evaluate(node.input, inputs, ns)
-    new_items = _batched(events, map_batch, node.xpath, ns)
+    xmls = [e.item for e in events]
+    if node.xquery is not None:
+        new_items = mutate_batch(node.xquery, ns, xmls)
+    else:
+        new_items = map_batch(node.xpath, ns, xmls)
     # A stream is a set of events: two copies of one event that map to the same item
     # (possible below a union) are one event.
     return ordered(

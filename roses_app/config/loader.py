@@ -8,8 +8,11 @@ references, cycles, XPath syntax) and builds each stream's logical plan
 :class:`~roses_app.errors.ConfigError` holding all of them, each a
 :class:`~roses_app.errors.ConfigProblem` (file, line, message) sorted by line.
 
-Relative paths (``data_dir``, ``file:`` feed URLs) resolve against the directory of
-the config file; ``file:`` URLs are stored absolute (``file:///...``).
+Mail sources (``mail:``) are read by :mod:`roses_app.config.mail`.
+
+Relative paths (``data_dir``, ``file:`` feed URLs, maildir and mbox paths) resolve
+against the directory of the config file; ``file:`` URLs are stored absolute
+(``file:///...``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from roses_app.algebra.plan import Node, Origin
 from roses_app.config.fields import Problems, Section, check_name
+from roses_app.config.mail import mail_source
 from roses_app.config.model import (
     Config,
     FeedSource,
@@ -209,16 +213,16 @@ def _sources(
         )
         return out, declared
     file = problems.file
+    smtp_ports: dict[tuple[str, int], str] = {}
     for name, value in node.value.items():
         line = node.key_line(name)
         declared[name] = line
         check_name(problems, name, line, "source")
         what = f"sources.{name}"
         if value.is_map and "mail" in value.value:
-            problems.add(
-                value.key_line("mail"),
-                f"{what}: mail sources are not supported yet (use feed: URL)",
-            )
+            mail = mail_source(problems, name, value, line, base_dir, smtp_ports)
+            if mail is not None:
+                out[name] = mail
             continue
         s = Section(problems, value, what, required=("feed",), optional=("every",), line=line)
         every = s.duration("every", fetch.default_every_seconds)

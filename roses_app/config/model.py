@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from roses_app.algebra.plan import Node, Origin
 
@@ -62,7 +63,63 @@ class FeedSource:
     origin: Origin = field(default=Origin(), compare=False)
 
 
-SourceConfig = FeedSource  # mail sources join this union in a later issue
+MailKind = Literal["imap", "maildir", "mbox", "smtp"]
+ImapSecurity = Literal["ssl", "starttls", "none"]
+
+
+@dataclass(frozen=True)
+class ImapSettings:
+    """``mail: {imap: {...}}``; the password is read from ``$password_env`` at run time."""
+
+    host: str
+    user: str
+    password_env: str
+    port: int = 993
+    security: ImapSecurity = "ssl"
+    folder: str = "INBOX"
+    idle: bool = True
+    mark_seen: bool = False
+    delete: bool = False
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    """``mail: {smtp: {...}}``: an inbound SMTP server; ``accept`` are fnmatch patterns."""
+
+    host: str = "127.0.0.1"
+    port: int = 2525
+    accept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MailSource:
+    """``sources: NAME: {mail: {imap|maildir|mbox|smtp: ...}, every: DURATION}``.
+
+    ``path`` is set for maildir and mbox (absolute), ``imap`` and ``smtp`` for theirs.
+    ``every_seconds`` is the polling interval (IMAP: when IDLE is off or not offered,
+    and the safety re-check while idling); it does not apply to smtp.
+    """
+
+    name: str
+    kind: MailKind
+    every_seconds: float
+    path: Path | None = None
+    imap: ImapSettings | None = None
+    smtp: SmtpSettings | None = None
+    origin: Origin = field(default=Origin(), compare=False)
+
+    @property
+    def mailbox(self) -> str:
+        """What the source reads, as one string (its state restarts when this changes)."""
+        if self.imap is not None:
+            i = self.imap
+            return f"imap://{i.user}@{i.host}:{i.port}/{i.folder}"
+        if self.smtp is not None:
+            return f"smtp://{self.smtp.host}:{self.smtp.port}"
+        return f"{self.kind}:{self.path}"
+
+
+SourceConfig = FeedSource | MailSource
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,12 @@ key; it returns a plan node, or None when something was wrong (already reported)
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from roses_app.algebra.plan import Filter, Map, Node, Origin, Source, Split, Union
+from roses_app.algebra.plan import Filter, Map, Node, Origin, Source, Split, Union, XQuery
 from roses_app.config.fields import NAME_RE, Problems, Section, did_you_mean, listing
 from roses_app.config.yamlmarks import Marked, describe
 
@@ -275,7 +277,94 @@ def _union(ctx: OperatorContext, value: Marked) -> Node | None:
     return Union(tuple(i for i in inputs if i is not None), origin=ctx.origin)
 
 
+# A single line ending in one of these is an XQuery file; anything else is inline text.
+XQUERY_FILE = re.compile(r"[^\n]*\.(?:xq|xqy|xquery|xql)", re.IGNORECASE)
+
+
+def xquery_argument(
+    ctx: OperatorContext, args: Section, key: str, *, variables: tuple[str, ...] = ("i",)
+) -> XQuery | None:
+    """An XQuery argument: a file (relative to the config's folder) or inline text.
+
+    The query is compiled by Saxon (through ``roses_app.xmlfn``, loaded lazily); a
+    mistake is reported at the file's line (for a file: at the feeds.yaml line, with
+    FILE:LINE in the message) or at the feeds.yaml line of the inline text.
+    ``variables`` are the external variables the operator binds (``i``; ``i1``, ``i2``;
+    ``items``).  None if missing or bad (already reported).
+    """
+    value = args.get(key)
+    if value is None:
+        return None
+    field = f"{ctx.name}.{key}"
+    if not isinstance(value.value, str) or not value.value.strip():
+        got = describe(value) if not isinstance(value.value, str) else "empty text"
+        ctx.problem(
+            value.line,
+            f"{field} must be an XQuery file (e.g. xquery/tag-topics.xq) or XQuery text, "
+            f"got {got}",
+        )
+        return None
+    text = value.value
+    written = text.strip()
+    if XQUERY_FILE.fullmatch(written):
+        path = os.path.normpath(os.path.join(os.path.dirname(ctx.plans.file), written))
+        try:
+            with open(os.path.expanduser(path), encoding="utf-8") as source:
+                query = XQuery(source.read(), path, 1)
+        except FileNotFoundError:
+            ctx.problem(
+                value.line,
+                f"{field}: XQuery file {written!r} not found (looked for {path}; "
+                "a relative path starts at the config file's folder)",
+            )
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = "it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc
+            ctx.problem(value.line, f"{field}: cannot read XQuery file {path}: {reason}")
+            return None
+    else:
+        # a block scalar (``|``) starts on the line after its key
+        query = XQuery(text, ctx.plans.file, value.line + (1 if "\n" in text.rstrip() else 0))
+    from roses_app.errors import ExpressionError
+    from roses_app.xmlfn import XQueryError, check_xquery  # lazily: loads Saxon
+
+    try:
+        check_xquery(query, ctx.plans.namespaces, variables)
+    except XQueryError as exc:
+        if query.file == ctx.plans.file:
+            ctx.problem(exc.line, f"XQuery error in {field}: {exc.detail}")
+        else:
+            ctx.problem(value.line, f"XQuery error in {field}: {exc}")
+        return None
+    except ExpressionError as exc:
+        ctx.problem(value.line, f"XQuery error in {field}: {exc}")
+        return None
+    return query
+
+
+def _map(ctx: OperatorContext, value: Marked) -> Node | None:
+    """``map: {from: INPUT, xpath: ACCESSOR}`` or ``map: {from: INPUT, xquery: MUTATOR}``."""
+    args = ctx.arguments(value, required=("from",), optional=("xpath", "xquery"))
+    source = ctx.input(args.get("from"))
+    if args.ok and ("xpath" in args) == ("xquery" in args):
+        ctx.problem(
+            args.line,
+            "map takes either xpath (an accessor) or xquery (a mutator: an xquery/*.xq file "
+            "or XQuery text)" + (", not both" if "xpath" in args else ""),
+        )
+        return None
+    if "xquery" in args:
+        query = xquery_argument(ctx, args, "xquery")
+        if source is None or query is None:
+            return None
+        return Map(source, xquery=query, origin=ctx.origin)
+    expr = ctx.xpath(args, "xpath")
+    if source is None or expr is None:
+        return None
+    return Map(source, expr, origin=ctx.origin)
+
+
 register_operator("filter", _unary(Filter, "where"))
-register_operator("map", _unary(Map, "xpath"))
+register_operator("map", _map)
 register_operator("union", _union)
 register_operator("split", _unary(Split, "by"), root_only=True)

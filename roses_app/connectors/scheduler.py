@@ -22,7 +22,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from roses_app.config.model import FeedSource
+from roses_app.config.model import FeedSource, SourceConfig
 from roses_app.connectors.poller import Poller, PollResult
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class FeedScheduler:
     def __init__(
         self,
         poller: Poller,
-        sources: Iterable[FeedSource] | Mapping[str, FeedSource],
+        sources: Iterable[SourceConfig] | Mapping[str, SourceConfig],
         clock: Callable[[], float] = time.time,
         *,
         max_workers: int = 4,

@@ -21,6 +21,7 @@ from email.utils import parseaddr, parsedate_to_datetime
 from lxml import etree
 
 from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, micros_of, parse_item, rfc822
+from roses_app.publish.sanitize import sanitize_item
 from roses_app.store import StoredEntry
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ def _inner_markup(el: etree._Element | None) -> str:
 
 
 def _item_element(entry: StoredEntry) -> etree._Element | None:
-    """The stored item as an ``<item>`` element, with pubDate and guid filled in."""
+    """The stored item as an ``<item>`` element, with pubDate and guid filled in, and
+    sanitized (HTML and URLs: see :mod:`roses_app.publish.sanitize`)."""
     try:
         el = parse_item(entry.item)
     except etree.XMLSyntaxError as exc:
@@ -147,7 +149,7 @@ def _item_element(entry: StoredEntry) -> etree._Element | None:
     if el.find("guid") is None:
         guid = etree.SubElement(el, "guid", isPermaLink="false")
         guid.text = entry.guid
-    return el
+    return sanitize_item(el)
 
 
 def _entry_times(el: etree._Element, entry: StoredEntry) -> tuple[int | None, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import singledispatch
 
+from pyspark import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -22,10 +23,15 @@ OUTPUT_COLUMNS = ("stream", "part", "ts", "seq", "item")
 
 @dataclass(frozen=True)
 class LowerContext:
-    """What every handler may use: the spool's event stream and the namespaces."""
+    """What every handler may use: the spool's event stream, the namespaces and the
+    accumulator counting items dropped by failing functions, per step."""
 
     events: DataFrame
     namespaces: Namespaces = ()
+    errors: Accumulator[dict[str, int]] | None = None
+
+    def on_error(self, node: Node) -> udfs.ErrorHook:
+        return udfs.error_hook(udfs.Step.of(node), self.errors)
 
 
 @singledispatch
@@ -41,16 +47,21 @@ def _source(node: Source, ctx: LowerContext) -> DataFrame:
 @lower.register
 def _filter(node: Filter, ctx: LowerContext) -> DataFrame:
     upstream = lower(node.input, ctx)
-    return upstream.where(udfs.observer_udf(node.where, ctx.namespaces)(F.col("item")))
+    observe = udfs.observer_udf(node.where, ctx.namespaces, ctx.on_error(node))
+    return upstream.where(observe(F.col("item")))
 
 
 @lower.register
 def _map(node: Map, ctx: LowerContext) -> DataFrame:
     upstream = lower(node.input, ctx)
-    mapped = upstream.withColumn(
-        "item", udfs.accessor_udf(node.xpath, ctx.namespaces)(F.col("item"))
+    hook = ctx.on_error(node)
+    function = (
+        udfs.mutator_udf(node.xquery, ctx.namespaces, hook)
+        if node.xquery is not None
+        else udfs.accessor_udf(node.xpath, ctx.namespaces, hook)
     )
-    return mapped.where(F.col("item").isNotNull())  # an empty accessor result is λ
+    mapped = upstream.withColumn("item", function(F.col("item")))
+    return mapped.where(F.col("item").isNotNull())  # an empty result is λ: dropped
 
 
 @lower.register
@@ -69,7 +80,8 @@ def _union(node: Union, ctx: LowerContext) -> DataFrame:
 @lower.register
 def _split(node: Split, ctx: LowerContext) -> DataFrame:
     upstream = lower(node.input, ctx)
-    named = upstream.withColumn("part", udfs.splitter_udf(node.by, ctx.namespaces)(F.col("item")))
+    split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
+    named = upstream.withColumn("part", split(F.col("item")))
     return named.where(F.col("part").isNotNull())
 
 

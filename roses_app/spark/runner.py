@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.plan import Stream
 from roses_app.errors import QueryError
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream
+from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,19 @@ def events_stream(spark: SparkSession, log_dir: Path) -> DataFrame:
 
 
 def stream_frame(
-    spark: SparkSession, log_dir: Path, stream: Stream, namespaces: Namespaces
+    spark: SparkSession,
+    log_dir: Path,
+    stream: Stream,
+    namespaces: Namespaces,
+    errors: Accumulator[dict[str, int]] | None = None,
 ) -> DataFrame:
-    return compile_stream(stream, LowerContext(events_stream(spark, log_dir), namespaces))
+    context = LowerContext(events_stream(spark, log_dir), namespaces, errors)
+    return compile_stream(stream, context)
+
+
+def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
+    """Items dropped by failing item functions, per step id (read on the driver)."""
+    return spark.sparkContext.accumulator({}, CountsParam())
 
 
 @dataclass
@@ -85,6 +97,7 @@ def start_queries(
     once: bool = False,
     trigger_seconds: float = 5.0,
     on_fresh: Callable[[str, str], None] | None = None,
+    errors: Accumulator[dict[str, int]] | None = None,
 ) -> list[RunningQuery]:
     """Start one query per stream; ``once`` processes what is there and stops.
 
@@ -99,7 +112,7 @@ def start_queries(
         if on_fresh is not None and not (checkpoint_root / qid).exists():
             on_fresh(stream.name, qid)
         writer = (
-            stream_frame(spark, log_dir, stream, namespaces)
+            stream_frame(spark, log_dir, stream, namespaces, errors)
             .writeStream.queryName(qid.replace("-", "_"))
             .option("checkpointLocation", str(checkpoint_root / qid))
             .foreachBatch(_foreach(qid, sink))

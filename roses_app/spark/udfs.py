@@ -2,17 +2,70 @@
 
 Each UDF receives a whole Arrow batch of serialized items and calls the batch
 functions of ``roses_app.xmlfn`` once per batch; compiled expressions are cached per
-Python worker process.
+Python worker process.  An item on which a function fails is dropped, logged with
+its stream, step and guid, and counted per step in a Spark accumulator that the
+driver reads (``roses run``'s /healthz shows the counts).
 """
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql.functions import pandas_udf
 
+from roses_app.algebra.plan import Node, XQuery
+
+log = logging.getLogger(__name__)
+
 Namespaces = tuple[tuple[str, str], ...]
+ErrorHook = Callable[[str | None, Exception], None]
+_GUID = re.compile(r"<guid\b[^>]*>([^<]*)</guid>")
+
+
+class CountsParam(AccumulatorParam[dict[str, int]]):
+    """Accumulates ``{step id: count}`` dictionaries from the workers."""
+
+    def zero(self, value: dict[str, int]) -> dict[str, int]:
+        return {}
+
+    def addInPlace(self, value1: dict[str, int], value2: dict[str, int]) -> dict[str, int]:
+        for key, count in value2.items():
+            value1[key] = value1.get(key, 0) + count
+        return value1
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a function runs: for messages and per-step error counts."""
+
+    stream: str
+    step: str
+
+    @classmethod
+    def of(cls, node: Node) -> Step:
+        return cls(node.origin.stream, node.origin.step or type(node).__name__)
+
+
+def error_hook(step: Step, errors: Accumulator[dict[str, int]] | None) -> ErrorHook:
+    def on_error(xml: str | None, exc: Exception) -> None:
+        guid = _GUID.search(xml or "")
+        log.warning(
+            "stream %s, step %s: dropped item %s: %s",
+            step.stream,
+            step.step,
+            guid.group(1).strip() if guid else "(no guid)",
+            exc,
+        )
+        if errors is not None:
+            errors.add({step.step: 1})
+
+    return on_error
 
 
 def _once(udf: Any) -> Any:
@@ -24,31 +77,45 @@ def _once(udf: Any) -> Any:
     return udf.asNondeterministic()
 
 
-def observer_udf(expr: str, namespaces: Namespaces) -> Any:
+def observer_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
     @pandas_udf("boolean")  # type: ignore[call-overload]
     def observe(items: pd.Series) -> pd.Series:
         from roses_app.xmlfn import filter_batch
 
-        return pd.Series(filter_batch(expr, namespaces, items.tolist()), dtype="bool")
+        kept = filter_batch(expr, namespaces, items.tolist(), on_error=on_error)
+        return pd.Series(kept, dtype="bool")
 
     return observe
 
 
-def accessor_udf(expr: str, namespaces: Namespaces) -> Any:
+def accessor_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
     @pandas_udf("string")  # type: ignore[call-overload]
     def access(items: pd.Series) -> pd.Series:
         from roses_app.xmlfn import map_batch
 
-        return pd.Series(map_batch(expr, namespaces, items.tolist()), dtype="object")
+        mapped = map_batch(expr, namespaces, items.tolist(), on_error=on_error)
+        return pd.Series(mapped, dtype="object")
 
     return _once(access)
 
 
-def splitter_udf(expr: str, namespaces: Namespaces) -> Any:
+def mutator_udf(query: XQuery, namespaces: Namespaces, on_error: ErrorHook) -> Any:
+    @pandas_udf("string")  # type: ignore[call-overload]
+    def mutate(items: pd.Series) -> pd.Series:
+        from roses_app.xmlfn import mutate_batch
+
+        mutated = mutate_batch(query, namespaces, items.tolist(), on_error=on_error)
+        return pd.Series(mutated, dtype="object")
+
+    return _once(mutate)
+
+
+def splitter_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
     @pandas_udf("string")  # type: ignore[call-overload]
     def split(items: pd.Series) -> pd.Series:
         from roses_app.xmlfn import split_batch
 
-        return pd.Series(split_batch(expr, namespaces, items.tolist()), dtype="object")
+        names = split_batch(expr, namespaces, items.tolist(), on_error=on_error)
+        return pd.Series(names, dtype="object")
 
     return _once(split)

@@ -1,0 +1,219 @@
+"""Observers, accessors and split functions over whole batches of serialized items.
+
+A Spark worker (or the reference evaluator) makes one call per batch, not one per
+row.  Each function picks its engine once per expression: lxml's XPath 1.0 when
+:mod:`roses_app.xmlfn.fastpath` proves the result is the same, elementpath's XPath
+3.1 otherwise.
+
+Errors: an expression that does not compile raises ExpressionError (feeds.yaml is
+checked before anything runs, so this is a bug, not data).  A failure on one item
+(malformed XML, a dynamic error) never escapes: the item is dropped (filter: False;
+map and split: None) and ``on_error(item_xml, exception)`` is called; the default
+hook logs a warning.  A ``None`` input (λ) gives False/None without calling the hook.
+``fast=False`` turns the lxml fast path off (tests and benchmarks compare the two).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from lxml import etree
+
+from roses_app.xmlfn.fastpath import fast_xpath
+from roses_app.xmlfn.xpath import (
+    ITEM_VARIABLES,
+    PAIR_VARIABLES,
+    Namespaces,
+    compile_xpath,
+    effective_boolean,
+    parse,
+    split_name,
+    to_item,
+)
+
+log = logging.getLogger(__name__)
+
+OnError = Callable[[str | None, Exception], None]
+T = TypeVar("T")
+
+
+def logging_hook(what: str) -> OnError:
+    """The default error hook: a warning naming the function and the item's guid."""
+
+    def hook(xml: str | None, exc: Exception) -> None:
+        log.warning("%s dropped an item%s: %s", what, _guid_note(xml), exc)
+
+    return hook
+
+
+def _guid_note(xml: str | None) -> str:
+    if not xml:
+        return ""
+    try:
+        element = parse(xml)
+    except Exception:
+        return " (not well-formed XML)"
+    guid = (element.findtext("guid") or element.findtext("link") or "").strip()
+    return f" (guid {guid!r})" if guid else ""
+
+
+def report(on_error: OnError | None, what: str, xml: str | None, exc: Exception) -> None:
+    """Call the error hook; a hook that fails is logged, never raised."""
+    hook = on_error or logging_hook(what)
+    try:
+        hook(xml, exc)
+    except Exception:
+        log.exception("the error hook of %s failed", what)
+
+
+def each(
+    xmls: Sequence[str | None],
+    fn: Callable[[etree._Element], T],
+    empty: T,
+    what: str,
+    on_error: OnError | None,
+) -> list[T]:
+    """``fn`` of each parsed item; a None input or a failing item gives ``empty``."""
+    out: list[T] = []
+    append = out.append
+    for xml in xmls:
+        if xml is None:
+            append(empty)
+            continue
+        try:
+            append(fn(parse(xml)))
+        except Exception as exc:
+            report(on_error, what, xml, exc)
+            append(empty)
+    return out
+
+
+def _lxml(
+    expr: str, kind: str, namespaces: Namespaces, variables: tuple[str, ...], fast: bool
+) -> etree.XPath | None:
+    """The lxml XPath for the fast path, or None: elementpath (``fast=False`` forces it)."""
+    return fast_xpath(expr, kind, namespaces, variables) if fast else None
+
+
+def _serialize(element: etree._Element | None) -> str | None:
+    return None if element is None else etree.tostring(element, encoding="unicode")
+
+
+def filter_batch(
+    expr: str,
+    namespaces: Namespaces,
+    xmls: Sequence[str | None],
+    on_error: OnError | None = None,
+    *,
+    fast: bool = True,
+) -> list[bool]:
+    """Observer over a batch: True keeps the item; a failing item is dropped (False)."""
+    compiled = compile_xpath(expr, namespaces)
+    xpath = _lxml(expr, "boolean", namespaces, ITEM_VARIABLES, fast)
+    fn: Callable[[etree._Element], bool]
+    if xpath is not None:
+
+        def fn(item: etree._Element) -> bool:
+            return effective_boolean(xpath(item, i=item))
+
+    else:
+        fn = compiled.boolean
+    return each(xmls, fn, False, f"filter {expr!r}", on_error)
+
+
+def map_batch(
+    expr: str,
+    namespaces: Namespaces,
+    xmls: Sequence[str | None],
+    on_error: OnError | None = None,
+    *,
+    fast: bool = True,
+) -> list[str | None]:
+    """Accessor over a batch: the new item, or None when the result is empty or fails."""
+    compiled = compile_xpath(expr, namespaces)
+    xpath = _lxml(expr, "nodes", namespaces, ITEM_VARIABLES, fast)
+    select: Callable[[etree._Element], Any]
+    if xpath is not None:
+
+        def select(item: etree._Element) -> Any:
+            return xpath(item, i=item)
+
+    else:
+        select = compiled.evaluate
+
+    def apply(item: etree._Element) -> str | None:
+        return _serialize(to_item(select(item)))
+
+    return each(xmls, apply, None, f"map {expr!r}", on_error)
+
+
+def split_batch(
+    expr: str,
+    namespaces: Namespaces,
+    xmls: Sequence[str | None],
+    on_error: OnError | None = None,
+    *,
+    fast: bool = True,
+) -> list[str | None]:
+    """Split function over a batch: the output name, or None (the item goes nowhere)."""
+    compiled = compile_xpath(expr, namespaces)
+    xpath = _lxml(expr, "string", namespaces, ITEM_VARIABLES, fast)
+    select: Callable[[etree._Element], Any]
+    if xpath is not None:
+
+        def select(item: etree._Element) -> Any:
+            return xpath(item, i=item)
+
+    else:
+        select = compiled.evaluate
+    return each(xmls, lambda item: split_name(select(item)), None, f"split {expr!r}", on_error)
+
+
+def observe2_batch(
+    expr: str,
+    namespaces: Namespaces,
+    pairs: Sequence[tuple[str | None, str | None]],
+    on_error: OnError | None = None,
+    *,
+    fast: bool = True,
+) -> list[bool]:
+    """Two-item observer (join and semijoin predicates) over a batch of pairs.
+
+    ``$i1`` and ``$i2`` are the two items; the context item is ``$i1``.  A None
+    ``$i1`` gives False; a None ``$i2`` is the empty sequence.  A failing pair gives
+    False and ``on_error`` gets the XML of the item that does not parse, else ``$i1``'s.
+    """
+    compiled = compile_xpath(expr, namespaces, PAIR_VARIABLES)
+    xpath = _lxml(expr, "boolean", namespaces, PAIR_VARIABLES, fast)
+    what = f"predicate {expr!r}"
+    out: list[bool] = []
+    for xml1, xml2 in pairs:
+        if xml1 is None:
+            out.append(False)
+            continue
+        failing: str | None = xml1
+        try:
+            first = parse(xml1)
+            failing = xml2
+            second: Any = [] if xml2 is None else parse(xml2)
+            failing = xml1
+            if xpath is not None:
+                out.append(effective_boolean(xpath(first, i1=first, i2=second)))
+            else:
+                out.append(compiled.boolean(first, i1=first, i2=second))
+        except Exception as exc:
+            report(on_error, what, failing, exc)
+            out.append(False)
+    return out
+
+
+__all__ = [
+    "ITEM_VARIABLES",
+    "OnError",
+    "filter_batch",
+    "map_batch",
+    "observe2_batch",
+    "split_batch",
+]

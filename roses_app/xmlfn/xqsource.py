@@ -1,0 +1,485 @@
+"""XQuery source handling: split a user's main module into prolog and body, and wrap it.
+
+A mutator is written as an ordinary XQuery main module over external variables
+(``$i``; ``$i1``/``$i2``; ``$items``).  To run it over a whole batch in one Saxon call
+it is rewritten into a wrapper module that keeps the user's prolog and body *at the
+same line numbers* (nothing with a newline is inserted before or inside the user's
+text), so Saxon's line numbers are the user's:
+
+* the user's declarations of the bound external variables are blanked out (their
+  ``as TYPE`` is kept for the binding), as are ``declare option output:...`` (the
+  wrapper owns serialization) and a leading ``return`` of the body (the seed writes
+  mutators as ``return <item>...``);
+* after the last prolog statement, on the same line, the wrapper declares the batch
+  variable and starts a loop over the batch's units; each unit binds the variables
+  and evaluates the body inside ``try { } catch * { }``, so that one failing item
+  gives an error marker instead of failing the batch;
+* after the body, on a new line, the wrapper checks the result (``treat as``
+  one ``<item>`` element or the empty sequence) and ends each unit's output with a
+  processing instruction that separates the units in the serialized result.
+
+When the prolog itself refers to a bound variable (a function or a global variable
+using ``$i``), the variables must be global: the wrapper then declares them as
+globals over a batch of one unit, and the caller runs one call per item.
+
+To find the prolog's end, the text is *masked*: comments become spaces, string
+literal contents and the literal parts of direct element constructors NUL characters
+(newlines are kept), leaving only the code, in which statements end at a ``;``
+outside brackets.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+ROSES_NS = "urn:x-roses"
+BATCH_VAR = f"$Q{{{ROSES_NS}}}batch"
+# Separates the output of two units; a random name no item can contain by chance.
+SEPARATOR_NAME = "roses-" + uuid.uuid4().hex
+SEPARATOR = f"<?{SEPARATOR_NAME}?>"
+ERROR_TAG = "roses:error"
+
+# Bindings of each kind of function: variable -> path from the unit element.
+BINDINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "map": (("i", "*"),),
+    "combine": (("i1", "*[1]"), ("i2", "*[2]")),
+    "reduce": (("items", "*"),),
+}
+
+_NAME_START = re.compile(r"[A-Za-z_\u00C0-\uFFFF]")
+_NAME = re.compile(r"[A-Za-z_\u00C0-\uFFFF][\w.\-\u00B7\u00C0-\uFFFF]*(?::[\w.\-\u00C0-\uFFFF]+)?")
+# Words after which an operand (so possibly a direct constructor) follows.
+_OPERAND_NEXT = frozenset(
+    re.findall(
+        r"\w+",
+        "return then else in satisfies and or to div idiv mod union intersect except eq ne lt "
+        "le gt ge is at where by let for some every switch case default typeswitch try catch "
+        "collation ascending descending stable count group tumbling sliding window start end "
+        "only when previous next ordered unordered validate instance of treat as castable cast "
+        "otherwise",
+    )
+)
+
+
+# What masked literal text (strings, constructors) becomes; comments become spaces.
+LITERAL = "\x00"
+
+
+class _Masker:
+    """Blank out what is not code, keeping every newline at its place."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.out = list(text)
+        self.pos = 0
+        self.operand_end = False  # the last token can end an operand
+
+    def blank(self, start: int, end: int, filler: str = LITERAL) -> None:
+        for k in range(start, min(end, len(self.text))):
+            if self.text[k] not in "\r\n":
+                self.out[k] = filler
+
+    def startswith(self, s: str) -> bool:
+        return self.text.startswith(s, self.pos)
+
+    def skip_to(self, end_marker: str) -> None:
+        """Blank from pos to after ``end_marker`` (or to the end)."""
+        end = self.text.find(end_marker, self.pos)
+        end = len(self.text) if end < 0 else end + len(end_marker)
+        self.blank(self.pos, end)
+        self.pos = end
+
+    def comment(self) -> None:
+        start, depth = self.pos, 0
+        while self.pos < len(self.text):
+            if self.startswith("(:"):
+                depth += 1
+                self.pos += 2
+            elif self.startswith(":)"):
+                depth -= 1
+                self.pos += 2
+                if depth == 0:
+                    break
+            else:
+                self.pos += 1
+        self.blank(start, self.pos, " ")
+
+    def string(self) -> None:
+        quote = self.text[self.pos]
+        self.pos += 1
+        start = self.pos
+        while self.pos < len(self.text):
+            if self.text[self.pos] == quote:
+                if self.text.startswith(quote * 2, self.pos):
+                    self.pos += 2
+                    continue
+                break
+            self.pos += 1
+        self.blank(start, self.pos)
+        self.pos += 1
+        self.operand_end = True
+
+    def string_constructor(self) -> None:
+        """``` ``[ ... `{ expr }` ... ]`` ```"""
+        start = self.pos
+        self.pos += 3
+        while self.pos < len(self.text) and not self.startswith("]``"):
+            if self.startswith("`{"):
+                self.blank(start, self.pos)
+                self.pos += 2
+                self.code("}")
+                start = self.pos
+            else:
+                self.pos += 1
+        self.pos = min(self.pos + 3, len(self.text))
+        self.blank(start, self.pos)
+        self.operand_end = True
+
+    def code(self, until: str | None = None) -> None:
+        """Scan code up to the ``}`` closing an enclosed expression (or to the end)."""
+        text = self.text
+        while self.pos < len(text):
+            c = text[self.pos]
+            if c.isspace():
+                self.pos += 1
+            elif self.startswith("(:"):
+                self.comment()
+            elif c in "\"'":
+                self.string()
+            elif self.startswith("``["):
+                self.string_constructor()
+            elif c == "{":
+                self.pos += 1
+                self.code("}")
+                self.operand_end = True
+            elif c == "}":
+                self.pos += 1
+                if until == "}":
+                    return
+            elif c == "<" and not self.operand_end and self.constructor_ahead():
+                self.constructor()
+                self.operand_end = True
+            elif c == "$":
+                match = _NAME.match(text, self.pos + 1)
+                self.pos += 1 + (len(match.group()) if match else 0)
+                self.operand_end = True
+            elif _NAME_START.match(c):
+                match = _NAME.match(text, self.pos)
+                word = match.group() if match else c
+                self.pos += len(word)
+                self.operand_end = word not in _OPERAND_NEXT
+            elif c.isdigit():
+                while self.pos < len(text) and (text[self.pos].isalnum() or text[self.pos] == "."):
+                    self.pos += 1
+                self.operand_end = True
+            else:
+                self.pos += 1
+                self.operand_end = c in ")].*?"
+
+    def constructor_ahead(self) -> bool:
+        nxt = self.text[self.pos + 1 : self.pos + 2]
+        return bool(_NAME_START.match(nxt)) or self.startswith("<!--") or self.startswith("<?")
+
+    def constructor(self) -> None:
+        if self.startswith("<!--"):
+            self.skip_to("-->")
+        elif self.startswith("<?"):
+            self.skip_to("?>")
+        else:
+            self.element()
+
+    def element(self) -> None:
+        """A direct element constructor from its ``<``."""
+        text = self.text
+        start = self.pos
+        match = _NAME.match(text, self.pos + 1)
+        name = match.group() if match else ""
+        self.pos += 1 + len(name)
+        while self.pos < len(text):
+            c = text[self.pos]
+            if self.startswith("/>"):
+                self.pos += 2
+                self.blank(start, self.pos)
+                return
+            if c == ">":
+                self.pos += 1
+                self.blank(start, self.pos)
+                self.content(name)
+                return
+            if c in "\"'":
+                self.blank(start, self.pos)
+                self.attribute_value()
+                start = self.pos
+            else:
+                self.pos += 1
+        self.blank(start, self.pos)
+
+    def attribute_value(self) -> None:
+        quote = self.text[self.pos]
+        start = self.pos
+        self.pos += 1
+        while self.pos < len(self.text):
+            if self.startswith(quote * 2) or self.startswith("{{") or self.startswith("}}"):
+                self.pos += 2
+            elif self.text[self.pos] == quote:
+                self.pos += 1
+                break
+            elif self.text[self.pos] == "{":
+                self.blank(start, self.pos)
+                self.pos += 1
+                self.code("}")
+                start = self.pos
+            else:
+                self.pos += 1
+        self.blank(start, self.pos)
+
+    def content(self, name: str) -> None:
+        """Element content up to its end tag; enclosed expressions stay code."""
+        start = self.pos
+        while self.pos < len(self.text):
+            if self.startswith("</"):
+                self.blank(start, self.pos)
+                self.skip_to(">")
+                return
+            if self.startswith("<!--"):
+                self.skip_to("-->")
+            elif self.startswith("<![CDATA["):
+                self.skip_to("]]>")
+            elif self.startswith("<?"):
+                self.skip_to("?>")
+            elif self.startswith("<"):
+                self.blank(start, self.pos)
+                self.element()
+                start = self.pos
+            elif self.startswith("{{") or self.startswith("}}"):
+                self.pos += 2
+            elif self.startswith("{"):
+                self.blank(start, self.pos)
+                self.pos += 1
+                self.code("}")
+                start = self.pos
+            else:
+                self.pos += 1
+        self.blank(start, self.pos)
+
+
+def mask(text: str) -> str:
+    """``text`` with comments blanked and string contents and constructor literals NULs."""
+    masker = _Masker(text)
+    masker.code()
+    return "".join(masker.out)
+
+
+_PROLOG_START = re.compile(
+    r"(?:xquery\s+(?:version|encoding)\b|module\s+namespace\b|import\s+(?:module|schema)\b"
+    r"|declare\s*%|declare\s+(?:default|boundary-space|base-uri|construction|ordering"
+    r"|copy-namespaces|decimal-format|namespace|variable|function|option|context|updating"
+    r"|revalidation)\b)"
+)
+_EXTERNAL = re.compile(
+    r"declare\s+(?:%\S+\s+)*variable\s+\$\s*([\w.\-]+)\s*(?:as\s+(.*?))?\s*external\b", re.S
+)
+_VALUE_DECL = re.compile(r"declare\s+(?:%\S+\s+)*variable\s+\$\s*([\w.\-]+)\b")
+_OUTPUT_OPTION = re.compile(r"declare\s+option\s+(?:output:|Q\{http://www\.w3\.org/2010/xslt)")
+_RETURN = re.compile(r"\s*return\b")
+
+
+@dataclass(frozen=True)
+class Statement:
+    start: int
+    end: int  # after the ';'
+    kind: str  # "library", "external", "variable", "output", "other"
+    name: str = ""  # the variable of "external" and "variable"
+    type: str = ""  # the declared type of "external"
+    default: bool = False  # "external" with a default value (``external := ...``)
+
+
+@dataclass(frozen=True)
+class Module:
+    """A user's main module cut into prolog statements and body."""
+
+    text: str
+    masked: str
+    statements: tuple[Statement, ...]
+    body_start: int
+
+    def line_of(self, offset: int) -> int:
+        return self.text.count("\n", 0, offset) + 1
+
+
+def _statement_end(masked: str, pos: int) -> int:
+    depth = 0
+    for k in range(pos, len(masked)):
+        c = masked[k]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == ";" and depth <= 0:
+            return k + 1
+    return -1
+
+
+def split_module(text: str) -> Module:
+    """Cut ``text`` into prolog statements and body (a best effort on broken text)."""
+    masked = mask(text)
+    statements: list[Statement] = []
+    pos = 0
+    while True:
+        while pos < len(masked) and masked[pos].isspace():
+            pos += 1
+        match = _PROLOG_START.match(masked, pos)
+        if not match:
+            break
+        end = _statement_end(masked, pos)
+        if end < 0:
+            break
+        statements.append(_classify(text, masked, pos, end))
+        pos = end
+    return Module(text, masked, tuple(statements), pos)
+
+
+def _classify(text: str, masked: str, start: int, end: int) -> Statement:
+    code = masked[start:end]
+    if code.startswith("module"):
+        return Statement(start, end, "library")
+    external = _EXTERNAL.match(code)
+    if external:
+        declared = (text[start + external.start(2) : start + external.end(2)]).strip()
+        if external.group(2) is None:
+            declared = ""
+        default = ":=" in code[external.end() :]
+        name = external.group(1)
+        return Statement(start, end, "external", name, " ".join(declared.split()), default)
+    value = _VALUE_DECL.match(code)
+    if value:
+        return Statement(start, end, "variable", value.group(1))
+    if _OUTPUT_OPTION.match(code):
+        return Statement(start, end, "output")
+    return Statement(start, end, "other")
+
+
+def _blanked(text: str, start: int, end: int) -> str:
+    return "".join(c if c in "\r\n" else " " for c in text[start:end])
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """The rewritten module and what the caller must know to run it."""
+
+    text: str
+    per_item: bool  # the variables are globals: run one unit per call
+    user_lines: int  # lines of the user's text; a line past it is the wrapper's own
+    extra: tuple[str, ...]  # extra external variables the caller must bind (strings)
+    insert_line: int = 1  # where the header was inserted (line, 1-based column) ...
+    insert_column: int = 1
+    inserted: int = 0  # ... and how many characters it has
+
+    def user_position(self, line: int, column: int) -> tuple[int, int]:
+        """A (line, column) of the wrapper as a position in the user's text."""
+        if line == self.insert_line and column >= self.insert_column:
+            column = max(self.insert_column, column - self.inserted)
+        return line, column
+
+
+def _refers_to(masked: str, names: tuple[str, ...]) -> bool:
+    pattern = r"\$\s*(?:" + "|".join(re.escape(n) for n in names) + r")(?![\w.\-])"
+    return re.search(pattern, masked) is not None
+
+
+def build_wrapper(
+    module: Module, kind: str, extra: tuple[str, ...] = (), *, safe: bool = False
+) -> Wrapper:
+    """The batch wrapper of ``module`` for a ``kind`` function (map, combine, reduce).
+
+    The result check is ``treat as element(item)?`` on the body's output as Saxon
+    writes it, which costs nothing; but when a body returns two items, the first is
+    already written and the error cannot be caught: the whole call fails.  The
+    ``safe`` wrapper, which the caller then runs on the same batch, builds each result
+    in memory first and checks it (a little slower), so that every error is caught.
+    """
+    bindings = BINDINGS[kind]
+    bound = {name for name, _ in bindings}
+    text = module.text
+    parts: list[str] = []
+    types: dict[str, str] = {}
+    declared_extra: set[str] = set()
+    kept_code: list[str] = []
+    pos = 0
+    for st in module.statements:
+        parts.append(text[pos : st.start])
+        if st.kind == "external" and st.name in bound:
+            types[st.name] = st.type
+            parts.append(_blanked(text, st.start, st.end))
+        elif st.kind == "output":
+            parts.append(_blanked(text, st.start, st.end))
+        else:
+            if st.kind == "external" and st.name in extra:
+                declared_extra.add(st.name)
+            parts.append(text[st.start : st.end])
+            kept_code.append(module.masked[st.start : st.end])
+        pos = st.end
+    body_start = module.body_start
+    returned = _RETURN.match(module.masked, body_start)
+    parts.append(text[pos:body_start])
+    per_item = _refers_to("\n".join(kept_code), tuple(sorted(bound)))
+
+    ser = "Q{http://www.w3.org/2010/xslt-xquery-serialization}"
+    header = [
+        f"declare variable {BATCH_VAR} external;",
+        f'declare option {ser}method "xml";',
+        f'declare option {ser}omit-xml-declaration "yes";',
+        f'declare option {ser}indent "no";',
+    ]
+    header += [f"declare variable ${n} external;" for n in extra if n not in declared_extra]
+
+    def typed(name: str) -> str:
+        return f" as {types[name]}" if types.get(name) else ""
+
+    unit = f"$Q{{{ROSES_NS}}}u"
+    result = f"$Q{{{ROSES_NS}}}r"
+    context = "$i ! " if kind == "map" else ""
+    start = f"let {result} := {context}((" if safe else f"return {context}(("
+    if per_item:
+        header += [
+            f"declare variable ${name}{typed(name)} := {BATCH_VAR}/*/*/{path};"
+            for name, path in bindings
+        ]
+        loop = f"ordered {{ (try {{ {start if safe else start.removeprefix('return ')}"
+    else:
+        lets = " ".join(f"let ${name}{typed(name)} := {unit}/{path}" for name, path in bindings)
+        loop = f"ordered {{ for {unit} in {BATCH_VAR}/*/* return (try {{ {lets} {start}"
+    body = text[body_start:]
+    if returned:
+        cut = returned.end() - body_start
+        body = _blanked(body, 0, cut) + body[cut:]
+    # ``treat as`` checks the result without building it in memory (``instance of``
+    # on a variable would); its XPDY0050, on the footer line, is the caller's cue.
+    catch = (
+        f'<{ERROR_TAG} xmlns:roses="{ROSES_NS}" code="{{$err:code}}" '
+        f'line="{{$err:line-number}}">{{$err:description}}</{ERROR_TAG}>'
+    )
+    check = "treat as element(Q{}item)?"
+    if safe:
+        check = (
+            f")) return if (count({result}) gt 1) then error(xs:QName('err:XPDY0050'), "
+            f"'the result has ' || count({result}) || ' items') else {result} {check}"
+        )
+    else:
+        check = f") {check})"
+    footer = f"\n{check} }} catch * {{ {catch} }}, {SEPARATOR}) }}\n"
+    prefix = "".join(parts)
+    inserted = " ".join(header) + " " + loop
+    line = prefix.count("\n") + 1
+    column = len(prefix) - (prefix.rfind("\n") + 1) + 1
+    return Wrapper(
+        prefix + inserted + body + footer,
+        per_item,
+        text.count("\n") + 1,
+        tuple(extra),
+        line,
+        column,
+        len(inserted),
+    )

@@ -1,0 +1,3 @@
+declare variable $i external;
+
+<item>{ $i/title }<n>{ 1 + "one" }</n></item>

@@ -1,0 +1,2 @@
+module namespace t = "urn:test";
+declare function t:f() { 1 };

@@ -1,0 +1,3 @@
+declare variable $i external;
+declare variable $threshold as xs:integer external;
+<item>{ $i/title }</item>
