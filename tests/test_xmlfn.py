@@ -93,9 +93,7 @@ def test_static_errors_raise_expression_error() -> None:
 @pytest.mark.parametrize("fast", [True, False])
 def test_map_accessor_shapes(fast: bool) -> None:
     out = map_batch("title | link", (), [VOLCANO, "<item/>", None], fast=fast)
-    assert out[0] == (
-        "<item><title>Volcano erupts</title><link>https://a.example/1</link></item>"
-    )
+    assert out[0] == ("<item><title>Volcano erupts</title><link>https://a.example/1</link></item>")
     assert out[1:] == [None, None]  # empty result: λ
     assert map_batch(".", (), [FOOTBALL], fast=fast) == [FOOTBALL]
 
@@ -190,3 +188,16 @@ def test_the_algebra_does_not_import_the_xml_engines() -> None:
 def test_xmlfn_loads_saxon_only_when_an_xquery_runs() -> None:
     code = "import sys, roses_app.xmlfn\nassert 'saxonche' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_process_locale_does_not_change_string_semantics() -> None:
+    code = (
+        "import locale\n"
+        "locale.setlocale(locale.LC_ALL, 'C.UTF-8')\n"
+        "from roses_app.xmlfn import filter_batch\n"
+        "items = ['<item><title>b</title></item>', '<item><title>B</title></item>']\n"
+        "for _ in range(3):\n"
+        "    assert filter_batch(\"contains(lower-case(title), 'b')\", (), items) == [True] * 2\n"
+        "    assert filter_batch(\"title < 'a'\", (), items) == [False, True]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

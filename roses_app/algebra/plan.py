@@ -66,8 +66,10 @@ class XQuery:
     """
 
     text: str
-    file: str = ""
-    line: int = 1
+    # Where the text is does not change what it means: moving feeds.yaml keeps the
+    # stream's fingerprint (and so its checkpoint).
+    file: str = field(default="", compare=False, repr=False)
+    line: int = field(default=1, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.file or "inline XQuery"

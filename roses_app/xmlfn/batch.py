@@ -30,6 +30,7 @@ from roses_app.xmlfn.xpath import (
     effective_boolean,
     parse,
     split_name,
+    thread_parser,
     to_item,
 )
 
@@ -78,23 +79,38 @@ def each(
     """``fn`` of each parsed item; a None input or a failing item gives ``empty``."""
     out: list[T] = []
     append = out.append
+    parser = thread_parser()
+    fromstring = etree.fromstring
     for xml in xmls:
         if xml is None:
             append(empty)
             continue
         try:
-            append(fn(parse(xml)))
+            try:
+                item = fromstring(xml, parser)
+            except ValueError:  # a str with an encoding declaration
+                item = parse(xml, parser)
+            append(fn(item))
         except Exception as exc:
             report(on_error, what, xml, exc)
             append(empty)
     return out
 
 
-def _lxml(
-    expr: str, kind: str, namespaces: Namespaces, variables: tuple[str, ...], fast: bool
-) -> etree.XPath | None:
-    """The lxml XPath for the fast path, or None: elementpath (``fast=False`` forces it)."""
-    return fast_xpath(expr, kind, namespaces, variables) if fast else None
+def _selector(
+    expr: str, kind: str, namespaces: Namespaces, fast: bool
+) -> Callable[[etree._Element], Any] | None:
+    """item -> lxml's raw result, when ``expr`` takes the fast path (and ``fast``)."""
+    xpath = fast_xpath(expr, kind, namespaces, ITEM_VARIABLES) if fast else None
+    if xpath is None:
+        return None
+    if "$" not in expr:  # no variable: spare lxml the keyword arguments
+        return xpath
+
+    def select(item: etree._Element) -> Any:
+        return xpath(item, i=item)
+
+    return select
 
 
 def _serialize(element: etree._Element | None) -> str | None:
@@ -111,12 +127,13 @@ def filter_batch(
 ) -> list[bool]:
     """Observer over a batch: True keeps the item; a failing item is dropped (False)."""
     compiled = compile_xpath(expr, namespaces)
-    xpath = _lxml(expr, "boolean", namespaces, ITEM_VARIABLES, fast)
+    select = _selector(expr, "boolean", namespaces, fast)
     fn: Callable[[etree._Element], bool]
-    if xpath is not None:
+    if select is not None:
+        lxml_select = select
 
         def fn(item: etree._Element) -> bool:
-            return effective_boolean(xpath(item, i=item))
+            return effective_boolean(lxml_select(item))
 
     else:
         fn = compiled.boolean
@@ -133,15 +150,7 @@ def map_batch(
 ) -> list[str | None]:
     """Accessor over a batch: the new item, or None when the result is empty or fails."""
     compiled = compile_xpath(expr, namespaces)
-    xpath = _lxml(expr, "nodes", namespaces, ITEM_VARIABLES, fast)
-    select: Callable[[etree._Element], Any]
-    if xpath is not None:
-
-        def select(item: etree._Element) -> Any:
-            return xpath(item, i=item)
-
-    else:
-        select = compiled.evaluate
+    select = _selector(expr, "nodes", namespaces, fast) or compiled.evaluate
 
     def apply(item: etree._Element) -> str | None:
         return _serialize(to_item(select(item)))
@@ -159,15 +168,7 @@ def split_batch(
 ) -> list[str | None]:
     """Split function over a batch: the output name, or None (the item goes nowhere)."""
     compiled = compile_xpath(expr, namespaces)
-    xpath = _lxml(expr, "string", namespaces, ITEM_VARIABLES, fast)
-    select: Callable[[etree._Element], Any]
-    if xpath is not None:
-
-        def select(item: etree._Element) -> Any:
-            return xpath(item, i=item)
-
-    else:
-        select = compiled.evaluate
+    select = _selector(expr, "string", namespaces, fast) or compiled.evaluate
     return each(xmls, lambda item: split_name(select(item)), None, f"split {expr!r}", on_error)
 
 
@@ -186,7 +187,7 @@ def observe2_batch(
     False and ``on_error`` gets the XML of the item that does not parse, else ``$i1``'s.
     """
     compiled = compile_xpath(expr, namespaces, PAIR_VARIABLES)
-    xpath = _lxml(expr, "boolean", namespaces, PAIR_VARIABLES, fast)
+    xpath = fast_xpath(expr, "boolean", namespaces, PAIR_VARIABLES) if fast else None
     what = f"predicate {expr!r}"
     out: list[bool] = []
     for xml1, xml2 in pairs:

@@ -40,11 +40,12 @@ only elements), a string, a number or a boolean.  Only these constructs pass:
   ``floor``, ``ceiling``, ``substring`` (number parsing and rounding differ), ``name``
   (prefixes), ``lang`` or ``id``.
 
-A number never becomes a string or an accessor/split result (1.0 writes ``3`` as
-``3.0`` in lxml and formats large and fractional numbers differently).  Anything else
-(``lower-case``, sequences, ``if``, ``for``, ``eq``, ...) is not XPath 1.0 and runs on
-elementpath.  The analysis is decided once per expression and cached; compiled
-``lxml.etree.XPath`` objects are cached per thread.
+Strings compare by codepoint in both (elementpath is given the codepoint collation
+whatever the process locale).  A number never becomes a string or an accessor/split
+result (lxml gives ``3.0`` for 3, and formats large and fractional numbers differently
+from 3.1).  Anything else (``lower-case``, sequences, ``if``, ``for``, ``eq``, ...) is
+not XPath 1.0 and runs on elementpath.  The analysis is decided once per expression
+and cached; compiled ``lxml.etree.XPath`` objects are cached per thread.
 """
 
 from __future__ import annotations
@@ -348,7 +349,13 @@ def lxml_xpath(expr: str, namespaces: Namespaces = ()) -> etree.XPath:
 def fast_xpath(
     expr: str, kind: str, namespaces: Namespaces = (), variables: tuple[str, ...] = ITEM_VARIABLES
 ) -> etree.XPath | None:
-    """The lxml XPath to run ``expr`` with, or None when it must run on elementpath."""
+    """The lxml XPath to run ``expr`` with, or None when it must run on elementpath.
+
+    For a ``boolean`` result it is ``boolean(EXPR)``: lxml then returns a bool without
+    building Python objects for the nodes (XPath 1.0 ``boolean()`` is the effective
+    boolean value of every result the fast path accepts).
+    """
     if uses_fast_path(expr, kind, namespaces, variables):
-        return lxml_xpath(expr, namespaces)
+        kind = _ALIASES.get(kind, kind)
+        return lxml_xpath(f"boolean({expr})" if kind == "boolean" else expr, namespaces)
     return None

@@ -24,6 +24,8 @@ from roses_app.items import FEED_NAMESPACES, safe_parser
 
 Namespaces = tuple[tuple[str, str], ...]
 
+CODEPOINT_COLLATION = "http://www.w3.org/2005/xpath-functions/collation/codepoint"
+
 # The variables an expression may use, by the kind of function it is.
 ITEM_VARIABLES: tuple[str, ...] = ("i",)
 PAIR_VARIABLES: tuple[str, ...] = ("i1", "i2")
@@ -42,16 +44,23 @@ def namespace_map(extra: Namespaces = ()) -> dict[str, str]:
 _local = threading.local()
 
 
-def parse(xml: str | bytes) -> etree._Element:
-    """Parse one serialized item with a safe, per-thread parser (no DTD, no network).
+def thread_parser() -> etree.XMLParser:
+    """This thread's safe parser (no DTD, no network); lxml parsers are not shared."""
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = safe_parser()
+    return parser
+
+
+def parse(xml: str | bytes, parser: etree.XMLParser | None = None) -> etree._Element:
+    """Parse one serialized item with a safe parser (this thread's by default).
 
     A ``str`` is parsed as it is (no UTF-8 round trip); one with an encoding
     declaration, which lxml refuses as ``str``, is encoded first.  Raises
     ``lxml.etree.XMLSyntaxError`` if the item is not well-formed.
     """
-    parser = getattr(_local, "parser", None)
     if parser is None:
-        parser = _local.parser = safe_parser()
+        parser = thread_parser()
     if isinstance(xml, str):
         try:
             return etree.fromstring(xml, parser)
@@ -105,6 +114,9 @@ def compile_xpath(
     parser = XPath31Parser(
         namespaces=namespace_map(namespaces),
         variable_types={name: "item()*" for name in variables},
+        # the standard default, whatever the process locale: elementpath would otherwise
+        # take LC_COLLATE (and its locale collations hold a global lock)
+        default_collation=CODEPOINT_COLLATION,
     )
     try:
         token = parser.parse(expr)

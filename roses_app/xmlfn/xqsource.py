@@ -140,6 +140,7 @@ class _Masker:
     def code(self, until: str | None = None) -> None:
         """Scan code up to the ``}`` closing an enclosed expression (or to the end)."""
         text = self.text
+        self.operand_end = False  # an expression starts: an operand comes first
         while self.pos < len(text):
             c = text[self.pos]
             if c.isspace():

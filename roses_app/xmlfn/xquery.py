@@ -14,11 +14,19 @@ logs a warning) and the result is None.  Nothing per item ever raises; a query t
 does not compile raises :class:`XQueryError` (feeds.yaml is checked before anything
 runs, so this means a bug).
 
+Saxon writes results straight to its serializer, so ``try``/``catch`` cannot catch an
+error raised once a unit's output has started (most errors inside an ``<item>``
+constructor).  Such a batch fails as a whole and runs again with the *safe* wrapper,
+which builds each result in memory first (about 15% slower); a query that keeps
+failing that way uses the safe wrapper from then on.  Malformed items are found with
+lxml and dropped; any other whole-batch failure is halved until the culprit is alone.
+
 Saxon runs in-process (a GraalVM native image).  One ``PySaxonProcessor`` is created
 lazily per process (Spark forks Python workers: a processor made before a fork is
 replaced in the child) and every call into Saxon holds one lock, so threads may call
-these functions concurrently.  saxonche 13 has no compiled-query handle for XQuery:
-the wrapper text and a configured query processor are cached per process, and Saxon
+these functions concurrently (saxonche holds the GIL anyway: threads do not run Saxon
+in parallel; processes do).  saxonche 13 has no compiled-query handle for XQuery: the
+wrapper text and a configured query processor are cached per process, and Saxon
 compiles the (small) wrapper once per batch call, about a millisecond.
 """
 
@@ -124,6 +132,7 @@ class Prepared:
     module: Module
     fast: Engine
     safe: Engine | None = None
+    fallbacks: int = 0  # batches the fast wrapper failed on (then the safe one ran)
 
     @property
     def user_lines(self) -> int:
@@ -225,25 +234,37 @@ def _saxon_message(text: str, wrapper: Wrapper | None = None) -> tuple[int | Non
 
 
 def _compile(prepared: Prepared) -> None:
-    """Compile the wrapper and run it on one empty ``<item/>``; raise XQueryError if bad.
-
-    Errors on the dummy item are caught by the wrapper and ignored; what escapes is a
-    static error, or one Saxon only finds when running (e.g. a constant result of the
-    wrong type), which would fail every batch.
-    """
+    """Compile the wrapper (by running it on an empty batch); raise XQueryError if bad."""
     from saxonche import PySaxonApiError
 
     processor = _processor()
     xq = prepared.fast.xq
-    unit = "<u>" + "<item/>" * len(BINDINGS[prepared.kind]) + "</u>"
-    xq.set_parameter(_BATCH_PARAM, processor.parse_xml(xml_text=f"<batch>{unit}</batch>"))
+    xq.set_parameter(_BATCH_PARAM, processor.parse_xml(xml_text="<batch/>"))
     for name in prepared.extra:
         xq.set_parameter(name, processor.make_string_value(""))
     try:
         xq.run_query_to_string()
     except PySaxonApiError as exc:
         line, detail = _saxon_message(str(exc), prepared.fast.wrapper)
+        if "cannot be cast to" in detail:  # Saxon's own failure on a constant result
+            line, detail = None, f"{_RESULT_SHAPE} (Saxon: {detail})"
+        if line is None:
+            line = _line_of_function(prepared.module, detail)
         raise XQueryError(_where(prepared.query), prepared.user_line(line), detail) from None
+
+
+_UNKNOWN_FUNCTION = re.compile(r"function named (?:Q\{[^}]*\})?([\w.\-]+)\(\)")
+
+
+def _line_of_function(module: Module, detail: str) -> int | None:
+    """Saxon gives no line for an unknown function: find its first call."""
+    match = _UNKNOWN_FUNCTION.search(detail)
+    if match is None:
+        return None
+    call = re.search(
+        r"(?<![\w.\-])(?:[\w.\-]+:)?" + re.escape(match.group(1)) + r"\s*\(", module.masked
+    )
+    return module.line_of(call.start()) if call else None
 
 
 def check_xquery(
@@ -308,6 +329,7 @@ def _call(
 
     if not units:
         return []
+    safe = safe or prepared.fallbacks >= _FALLBACKS_BEFORE_SAFE
     text = "<batch>" + "".join(u.xml for u in units) + "</batch>"
     if len(text) - len(text.replace("&", "")) > _MAX_ENTITY_REFERENCES:
         text = _character_references(text)
@@ -343,6 +365,8 @@ def _call(
             results = iter(_call(prepared, kept, extra_vars, on_error, what, safe=safe))
             return [next(results) if ok else None for ok in good]
     if not safe:
+        with _lock:
+            prepared.fallbacks += 1
         return _call(prepared, units, extra_vars, on_error, what, safe=True)
     if len(units) > 1:
         half = len(units) // 2
@@ -353,6 +377,11 @@ def _call(
     report(on_error, what, units[0].blame, EvaluationError(failure))
     return [None]
 
+
+# A query whose items keep failing in a way the fast wrapper cannot catch (a dynamic
+# error once the result has started: most errors inside an <item> constructor) runs
+# with the safe wrapper from then on, instead of two calls per batch.
+_FALLBACKS_BEFORE_SAFE = 3
 
 # The JDK's XML parser refuses a document with more than 100,000 entity references
 # (jdk.xml.maxGeneralEntitySizeLimit); character references do not count.
@@ -392,17 +421,28 @@ def _result(
         number = int(line) if line.isdigit() else None
         code = marker.get("code", "").removeprefix("err:")
         description = marker.text or ""
-        if code == "XPDY0050" and number is not None and number > prepared.user_lines:
-            message = (
-                f"{where}:{prepared.query.line}: the result must be one <item> element, "
-                f"or nothing (the item is dropped): {description.replace('Q{}item', 'item')}"
-            )
+        if _shape_error(prepared, code, number, description):
+            detail = description.replace("Q{}item", "item")
+            message = f"{where}:{prepared.query.line}: {_RESULT_SHAPE}: {detail}"
         else:
             message = f"{where}:{prepared.user_line(number)}: {code} {description}".rstrip()
     else:
         message = f"{where}: unexpected output from Saxon: {piece[:80]!r}"
     report(on_error, what, unit.blame, EvaluationError(message))
     return None
+
+
+_RESULT_SHAPE = "the result must be one <item> element, or nothing (the item is dropped)"
+
+
+def _shape_error(prepared: Prepared, code: str, line: int | None, description: str) -> bool:
+    """Is this the wrapper's check of the result (rather than the user's own
+    ``treat as``)?  Saxon gives the line where the checked expression starts."""
+    ours = "treat as" in description or "the result has" in description
+    if code != "XPDY0050" or not ours:
+        return False
+    own = "treat" in prepared.module.masked and line is not None and line <= prepared.user_lines
+    return "Q{}item" in description or "the result has" in description or not own
 
 
 def _clark(tag: str) -> str:
