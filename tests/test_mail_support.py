@@ -82,7 +82,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.02) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, step: float = 0.02) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

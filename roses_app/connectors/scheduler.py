@@ -16,13 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor as FuturesPool
-from datetime import UTC, datetime
 
-from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.interval import IntervalTrigger
 
 from roses_app.config.model import FeedSource, SourceConfig
+from roses_app.connectors.common import PollJob, start_interval_scheduler
 from roses_app.connectors.poller import Poller, PollResult
 
 log = logging.getLogger(__name__)
@@ -62,28 +60,11 @@ class FeedScheduler:
         """Schedule every source (first poll right away) and return."""
         if self._scheduler is not None:
             raise RuntimeError("FeedScheduler already started")
-        scheduler = BackgroundScheduler(
-            executors={"default": ThreadPoolExecutor(self.max_workers)},
-            timezone=UTC,
-        )
-        now = datetime.now(UTC)
-        for source in self.sources:
-            every = self.poller.interval(source)
-            scheduler.add_job(
-                self._run,
-                trigger=IntervalTrigger(
-                    seconds=every, jitter=every * self.jitter_fraction or None, timezone=UTC
-                ),
-                args=[source],
-                id=f"feed:{source.name}",
-                name=f"poll {source.name}",
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=max(1, int(every)),
-                next_run_time=now,
-            )
-        scheduler.start()
-        self._scheduler = scheduler
+        jobs = [
+            PollJob(f"feed:{s.name}", f"poll {s.name}", self.poller.interval(s), self._run, [s])
+            for s in self.sources
+        ]
+        self._scheduler = start_interval_scheduler(jobs, self.max_workers, self.jitter_fraction)
         log.info("polling %d feed source(s)", len(self.sources))
 
     def poll_all_once(self, force: bool = False) -> list[PollResult]:

@@ -15,10 +15,10 @@ The store is safe to use from several threads (one connection, one lock); each
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from roses_app.connectors.common import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS feed_state (
@@ -85,30 +85,11 @@ _COLUMNS = [f.name for f in fields(SourceState)]
 _BOOLS = {"strict_retry", "gone"}
 
 
-class StateStore:
+class StateStore(SqliteStore):
     """SQLite-backed :class:`SourceState` per source name (``":memory:"`` works)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        with self._lock:
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> StateStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(path, _SCHEMA)
 
     def load(self, name: str, configured_url: str) -> SourceState:
         """The state of ``name``; fresh when unknown or when its configured URL changed."""

@@ -88,34 +88,30 @@ def observer_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
     return observe
 
 
-def accessor_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
+def _string_udf(function: str, argument: Any, namespaces: Namespaces, on_error: ErrorHook) -> Any:
+    """A string-valued UDF calling ``roses_app.xmlfn.<function>`` once per batch."""
+
     @pandas_udf("string")  # type: ignore[call-overload]
-    def access(items: pd.Series) -> pd.Series:
-        from roses_app.xmlfn import map_batch
+    def apply(items: pd.Series) -> pd.Series:
+        from roses_app import xmlfn
 
-        mapped = map_batch(expr, namespaces, items.tolist(), on_error=on_error)
-        return pd.Series(mapped, dtype="object")
+        batch = getattr(xmlfn, function)
+        results = batch(argument, namespaces, items.tolist(), on_error=on_error)
+        return pd.Series(results, dtype="object")
 
-    return _once(access)
+    return _once(apply)
+
+
+def accessor_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
+    """μ with an XPath accessor: the selected part of the item, None for λ."""
+    return _string_udf("map_batch", expr, namespaces, on_error)
 
 
 def mutator_udf(query: XQuery, namespaces: Namespaces, on_error: ErrorHook) -> Any:
-    @pandas_udf("string")  # type: ignore[call-overload]
-    def mutate(items: pd.Series) -> pd.Series:
-        from roses_app.xmlfn import mutate_batch
-
-        mutated = mutate_batch(query, namespaces, items.tolist(), on_error=on_error)
-        return pd.Series(mutated, dtype="object")
-
-    return _once(mutate)
+    """μ with an XQuery mutator (Saxon, one call per Arrow batch)."""
+    return _string_udf("mutate_batch", query, namespaces, on_error)
 
 
 def splitter_udf(expr: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
-    @pandas_udf("string")  # type: ignore[call-overload]
-    def split(items: pd.Series) -> pd.Series:
-        from roses_app.xmlfn import split_batch
-
-        names = split_batch(expr, namespaces, items.tolist(), on_error=on_error)
-        return pd.Series(names, dtype="object")
-
-    return _once(split)
+    """Ψ: the output name of each item, None when it goes nowhere."""
+    return _string_udf("split_batch", expr, namespaces, on_error)

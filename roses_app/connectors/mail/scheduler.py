@@ -27,14 +27,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor as FuturesPool
-from datetime import UTC, datetime
 from pathlib import Path
 
-from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.interval import IntervalTrigger
 
 from roses_app.config.model import MailSource
+from roses_app.connectors.common import PollJob, start_interval_scheduler
 from roses_app.connectors.mail.poller import MailPoller, describe
 from roses_app.connectors.mail.smtp import SmtpServer
 from roses_app.connectors.mail.state import MailStateStore
@@ -112,27 +110,13 @@ class MailConnectors:
         self._stop.clear()
         jobs = [s for s in self.sources if s.kind in ("maildir", "mbox")]
         if jobs:
-            scheduler = BackgroundScheduler(
-                executors={"default": ThreadPoolExecutor(self.max_workers)}, timezone=UTC
+            polls = [
+                PollJob(f"mail:{s.name}", f"poll {s.name}", s.every_seconds, self._poll, [s])
+                for s in jobs
+            ]
+            self._scheduler = start_interval_scheduler(
+                polls, self.max_workers, self.jitter_fraction
             )
-            now = datetime.now(UTC)
-            for source in jobs:
-                every = source.every_seconds
-                scheduler.add_job(
-                    self._poll,
-                    trigger=IntervalTrigger(
-                        seconds=every, jitter=every * self.jitter_fraction or None, timezone=UTC
-                    ),
-                    args=[source],
-                    id=f"mail:{source.name}",
-                    name=f"poll {source.name}",
-                    max_instances=1,
-                    coalesce=True,
-                    misfire_grace_time=max(1, int(every)),
-                    next_run_time=now,
-                )
-            scheduler.start()
-            self._scheduler = scheduler
         for source in self.sources:
             target = {"imap": self._imap_worker, "smtp": self._smtp_worker}.get(source.kind)
             if target is None:

@@ -14,11 +14,11 @@ state and its new seen keys in one transaction.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from roses_app.connectors.common import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS mail_state (
@@ -83,30 +83,11 @@ class MailState:
 _COLUMNS = [f.name for f in fields(MailState)]
 
 
-class MailStateStore:
+class MailStateStore(SqliteStore):
     """SQLite-backed :class:`MailState` and seen keys per source (``":memory:"`` works)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        with self._lock:
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> MailStateStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(path, _SCHEMA)
 
     def load(self, name: str, mailbox: str) -> MailState:
         """The state of ``name``; fresh (and no seen keys) when unknown or when it now
