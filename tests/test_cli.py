@@ -112,3 +112,39 @@ def test_explain_prints_sparks_plans(
     physical = out.split("== Physical Plan ==")[1]
     # The split function runs as a vectorized UDF, and only once per item.
     assert physical.count("ArrowEvalPython") == 1
+
+
+@pytest.mark.spark
+def test_items_failing_a_function_are_dropped_and_counted_per_step(
+    tmp_path: Path, spark: object
+) -> None:
+    from roses_app.config import load_config
+    from roses_app.daemon import Daemon
+
+    (tmp_path / "feed.xml").write_text(
+        "<rss version='2.0'><channel><title>n</title><link>http://example.org/</link>"
+        + "".join(
+            f"<item><title>{t}</title><guid isPermaLink='false'>{t}</guid></item>"
+            for t in ("1", "2", "three", "4")
+        )
+        + "</channel></rss>"
+    )
+    (tmp_path / "feeds.yaml").write_text(
+        """
+settings: {data_dir: ./data}
+sources:
+  numbers: {feed: "file:feed.xml"}
+streams:
+  big:
+    filter: {from: numbers, where: "xs:integer(title) > 1"}
+    publish: true
+"""
+    )
+    daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
+    try:
+        daemon.once()
+        published = {e.guid for e in daemon.store.latest("big", "", 10)}
+        assert published == {"2", "4"}  # "three" failed the cast: dropped, not fatal
+        assert daemon.errors.value == {"big/filter": 1}
+    finally:
+        daemon.close()
