@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from roses_app.algebra.plan import Stream
-from roses_app.config.model import Config
+from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, Poller, StateStore
 from roses_app.connectors.mail import MailConnectors
 from roses_app.publish.catalog import Catalog
@@ -26,9 +26,11 @@ from roses_app.store import OutRow, Store
 
 log = logging.getLogger(__name__)
 
+MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
+
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
-    """Order a poll's items so the newest gets the highest seq (shown first in feeds).
+    """Order a feed's items so the newest gets the highest seq (shown first in feeds).
 
     By publication time when every item has one; else reversed document order, as
     feeds list their newest entry first.
@@ -66,11 +68,14 @@ class Daemon:
             "query_restarts": 0,
         }
         self._lock = threading.Lock()
+        self._restarts: dict[str, tuple[float, float]] = {}  # stream -> (delay, not before)
 
     # -- stage glue -----------------------------------------------------------------
     def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
         """Connector sink: append to the spool (which drops what it has seen)."""
-        events = self.spool.append(source, oldest_first(items))
+        if isinstance(self.config.sources.get(source), FeedSource):
+            items = oldest_first(items)  # mail readers already hand them over oldest first
+        events = self.spool.append(source, items)
         with self._lock:
             self.counters["items_spooled"] += len(events)
         if events:
@@ -169,17 +174,28 @@ class Daemon:
             log.info("stopped")
 
     def _check_queries(self) -> None:
-        """Restart a stream whose query died; it resumes from its checkpoint."""
+        """Restart a stream whose query died, from its checkpoint, with backoff.
+
+        A query that fails again at once waits twice as long each time (at most
+        ``MAX_RESTART_DELAY``), so a deterministic failure does not spin.
+        """
         by_name = {s.name: s for s in self.streams()}
+        now = time.monotonic()
         for index, running in enumerate(self.queries):
             if running.query.isActive:
                 continue
+            delay, not_before = self._restarts.get(running.stream, (0.0, 0.0))
+            if now < not_before:
+                continue
+            delay = min(MAX_RESTART_DELAY, max(1.0, delay * 2))
+            self._restarts[running.stream] = (delay, now + delay)
             with self._lock:
                 self.counters["query_restarts"] += 1
             log.error(
-                "stream %s stopped (%s); restarting it from its checkpoint",
+                "stream %s stopped (%s); restarting it from its checkpoint (next retry in %.0fs)",
                 running.stream,
                 running.query.exception(),
+                delay,
             )
             self.queries[index] = self.start_queries(once=False, only=[by_name[running.stream]])[0]
 
