@@ -54,7 +54,7 @@ def _guid_note(xml: str | None) -> str:
         return ""
     try:
         element = parse(xml)
-    except Exception:
+    except (etree.XMLSyntaxError, ValueError):
         return " (not well-formed XML)"
     guid = (element.findtext("guid") or element.findtext("link") or "").strip()
     return f" (guid {guid!r})" if guid else ""
