@@ -1,0 +1,99 @@
+"""The window tables of seed 002, row by row (WindowCall at every time of the table),
+and the physical Window form at the input's timestamps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import pytest
+
+from roses_app.algebra.windows import count_window, time_window, window_events
+
+
+@dataclass(frozen=True)
+class Ev:
+    ts: int
+    name: str
+
+
+# F of the seed's window tables: 1: a,b,c  2: d,e  3: f,g,h,i  4: j,k  6: l,m,n,o  7: p,q,r
+F = [
+    Ev(ts, name)
+    for ts, names in ((1, "abc"), (2, "de"), (3, "fghi"), (4, "jk"), (6, "lmno"), (7, "pqr"))
+    for name in names
+]
+
+
+def names(events: list[Ev]) -> str:
+    return "".join(e.name for e in events)
+
+
+# ω_time,3(F): "Fenêtres time-based", rows 1..7
+TIME_3 = {
+    1: "abc",
+    2: "abcde",
+    3: "abcdefghi",
+    4: "defghijk",
+    5: "fghijk",
+    6: "jklmno",
+    7: "lmnopqr",
+}
+# ω_time,2,0,4,1(F): w=2, d=0, f=4, t0=1, rows 1..9
+TIME_2_0_4_1 = {1: "abc", 2: "abc", 3: "abc", 4: "abc", 5: "jk", 6: "jk", 7: "jk", 8: "jk", 9: ""}
+# ω_count,8(F): "Fenêtres count-based", rows 1..9
+COUNT_8 = {
+    1: "abc",
+    2: "abcde",
+    3: "abcdefghi",
+    4: "defghijk",
+    5: "defghijk",
+    6: "fghijklmno",
+    7: "jklmnopqr",
+    8: "jklmnopqr",
+    9: "jklmnopqr",
+}
+
+
+@pytest.mark.parametrize(("t", "expected"), sorted(TIME_3.items()))
+def test_time_window_table(t: int, expected: str) -> None:
+    assert names(time_window(F, t, 3)) == expected
+
+
+@pytest.mark.parametrize(("t", "expected"), sorted(TIME_2_0_4_1.items()))
+def test_time_window_with_period_and_start_table(t: int, expected: str) -> None:
+    assert names(time_window(F, t, 2, delay=0, period=4, start=1)) == expected
+
+
+@pytest.mark.parametrize(("t", "expected"), sorted(COUNT_8.items()))
+def test_count_window_table(t: int, expected: str) -> None:
+    assert names(count_window(F, t, 8)) == expected
+
+
+def test_window_operator_emits_at_input_timestamps_only() -> None:
+    # Window(ω_time,3)(F): the rows of the table at 1, 2, 3, 4, 6, 7 (no event at 5).
+    emitted = window_events(F, partial(time_window, width=3))
+    by_time: dict[int, str] = {}
+    for t, e in emitted:
+        by_time[t] = by_time.get(t, "") + e.name
+    assert by_time == {t: TIME_3[t] for t in (1, 2, 3, 4, 6, 7)}
+
+
+def test_tumbling_sliding_and_holes() -> None:
+    ticks = [Ev(t, str(t)) for t in range(1, 9)]
+    # Between refreshes a window shows the last refresh: at 1 none has covered 1 yet.
+    tumbling = [names(time_window(ticks, t, 2, period=2, start=0)) for t in range(1, 9)]
+    assert tumbling == ["", "12", "12", "34", "34", "56", "56", "78"]
+    sliding = [names(time_window(ticks, t, 3, period=2, start=0)) for t in (2, 4, 6)]
+    assert sliding == ["12", "234", "456"]
+    holes = [names(time_window(ticks, t, 1, period=3, start=0)) for t in (3, 6)]
+    assert holes == ["3", "6"]
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ValueError):
+        time_window(F, 1, 0)
+    with pytest.raises(ValueError):
+        time_window(F, 1, 2, period=0)
+    with pytest.raises(ValueError):
+        count_window(F, 1, 0)
