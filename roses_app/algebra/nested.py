@@ -64,3 +64,39 @@ def windowed_grouping(
         del bucket[:-window]  # only the last `window` items are ever needed
         out.append(tuple(bucket))
     return out
+
+
+JOIN_KINDS = ("product", "inner", "left", "full")
+
+
+def join_row(
+    left: Sequence[T],
+    right: Sequence[T],
+    kind: str,
+    pred: Callable[[T, T], bool],
+    compose: Callable[[T, T], T],
+) -> list[T]:
+    """One time of a logical product or join (seed 002, "Produit cartésien", "Jointure").
+
+    The product composes every pair, and an empty side is λ (i·λ = i).  Inner keeps
+    the pairs ``pred`` accepts; left outer adds the left items that matched nothing;
+    full outer adds the unmatched right items too.  Order: left items in order, each
+    with its right partners in order; unmatched right items last.
+    """
+    if kind not in JOIN_KINDS:
+        raise ValueError(f"unknown join kind {kind!r} (expected one of {', '.join(JOIN_KINDS)})")
+    if kind == "product":
+        if not left or not right:
+            return [*left, *right]  # i·λ = i
+        return [compose(i1, i2) for i1 in left for i2 in right]
+    out: list[T] = []
+    matched_right: set[int] = set()
+    for i1 in left:
+        partners = [(n, i2) for n, i2 in enumerate(right) if pred(i1, i2)]
+        out.extend(compose(i1, i2) for _, i2 in partners)
+        matched_right.update(n for n, _ in partners)
+        if not partners and kind in ("left", "full"):
+            out.append(i1)
+    if kind == "full":
+        out.extend(i2 for n, i2 in enumerate(right) if n not in matched_right)
+    return out
