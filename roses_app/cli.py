@@ -58,7 +58,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(format_plan(config.streams[name].plan))
     if args.logical_only:
         return EXIT_OK
-    from roses_app.algebra.plan import Stream
     from roses_app.spark.runner import stream_frame
     from roses_app.spark.session import build_session
 
@@ -69,7 +68,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for name in names:
         stream = config.streams[name]
         print(f"== stream {name}: Spark plan")
-        frame = stream_frame(spark, log_dir, Stream(name, stream.plan), settings.namespaces)
+        frame = stream_frame(spark, log_dir, stream.stream, settings.namespaces)
         frame.explain(extended=True)
     return EXIT_OK
 

@@ -103,7 +103,7 @@ class Daemon:
             log.info("stream %s is new or changed: recomputing it from the spool", stream)
 
     def streams(self) -> list[Stream]:
-        return [Stream(s.name, s.plan, s.origin) for s in self.config.streams.values()]
+        return [s.stream for s in self.config.streams.values()]
 
     def start_queries(self, once: bool, only: list[Stream] | None = None) -> list[Any]:
         """Start the queries of ``only`` (default: every stream); returns them."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from roses_app.algebra.plan import Split, Stream
+from roses_app.algebra.plan import Split
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_stream
 from roses_app.config.model import Config
 from roses_app.errors import RosesError
@@ -93,13 +93,9 @@ def read_events(path: Path) -> EventList:
 def run_reference(config: Config, events: EventList) -> Outputs:
     ns = config.settings.namespaces
     return {
-        name: evaluate_stream(sc_stream(config, name), events.events, ns) for name in config.streams
+        name: evaluate_stream(stream.stream, events.events, ns)
+        for name, stream in config.streams.items()
     }
-
-
-def sc_stream(config: Config, name: str) -> Stream:
-    stream = config.streams[name]
-    return Stream(stream.name, stream.plan, stream.origin)
 
 
 def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -> Outputs:
@@ -126,7 +122,7 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
             for stream, part, ts, seq, item in rows:
                 collected[stream].setdefault(part, []).append(RefEvent(ts, seq, item))
 
-        streams = [sc_stream(config, name) for name in config.streams]
+        streams = [stream.stream for stream in config.streams.values()]
         queries = start_queries(
             spark,
             streams,

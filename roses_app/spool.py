@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TextIO
 
 from roses_app.errors import SpoolError
 from roses_app.items import MICROS, Event, dedup_key
@@ -134,8 +135,7 @@ class Spool:
         tmp = self.tmp_dir / name
         try:
             with open(tmp, "w", encoding="utf-8") as fh:
-                for event in events:
-                    fh.write(json.dumps(asdict(event), ensure_ascii=False) + "\n")
+                _dump(fh, events)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.log_dir / name)
@@ -172,8 +172,13 @@ def write_events(path: Path, events: Sequence[Event]) -> None:
     """Write events as one spool file (used by replay to feed Spark a finite list)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        for event in events:
-            fh.write(json.dumps(asdict(event), ensure_ascii=False) + "\n")
+        _dump(fh, events)
+
+
+def _dump(fh: TextIO, events: Sequence[Event]) -> None:
+    """Events as JSON Lines, the format Spark's file source reads (SPARK_SCHEMA_DDL)."""
+    for event in events:
+        fh.write(json.dumps(asdict(event), ensure_ascii=False) + "\n")
 
 
 __all__ = ["MICROS", "SPARK_SCHEMA_DDL", "Spool", "read_file", "write_events"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from roses_app.algebra.plan import Node, Origin
+from roses_app.algebra.plan import Node, Origin, Stream
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,11 @@ class StreamConfig:
     @property
     def published(self) -> bool:
         return self.publish is not None
+
+    @property
+    def stream(self) -> Stream:
+        """The continuous query alone, as the compiler and the evaluator take it."""
+        return Stream(self.name, self.plan, self.origin)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Pieces every connector shares: a SQLite state file and a jittered poll schedule."""
+"""Pieces every connector shares: a SQLite state file, a jittered poll schedule, one
+lock per source, exponential backoff and how a failure is described."""
 
 from __future__ import annotations
 
@@ -13,6 +14,33 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+
+from roses_app.errors import RosesError
+
+
+def describe(exc: BaseException) -> str:
+    """A failure as one line: our own messages as they are, others with their type."""
+    text = str(exc)
+    if isinstance(exc, RosesError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def backoff_delay(base: float, failures: int, cap: float) -> float:
+    """Seconds to wait after ``failures`` failures in a row: ``base`` doubled each time."""
+    return float(min(base * 2.0 ** min(failures - 1, 60), cap))
+
+
+class SourceLocks:
+    """One lock per source name: a source is never polled by two threads at once."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def __call__(self, name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(name, threading.Lock())
 
 
 class SqliteStore:

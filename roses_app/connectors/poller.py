@@ -35,17 +35,16 @@ ahead; a server's ``Retry-After`` is honoured exactly.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from roses_app.config.model import FeedSource, FetchSettings
+from roses_app.connectors.common import SourceLocks, backoff_delay, describe
 from roses_app.connectors.fetch import Fetcher, RetryLaterError
 from roses_app.connectors.state import SourceState, StateStore
 from roses_app.connectors.xmlize import parse_feed
-from roses_app.errors import RosesError
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +82,10 @@ class Poller:
         self.sink = sink
         self.fetcher = fetcher or Fetcher(fetch_settings, clock, base_dir=base_dir)
         self.backoff_tolerance = backoff_tolerance
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self._lock_for = SourceLocks()
 
     def close(self) -> None:
         self.fetcher.close()
-
-    def _lock_for(self, name: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(name, threading.Lock())
 
     def interval(self, source: FeedSource) -> float:
         every = source.every_seconds
@@ -136,7 +130,7 @@ class Poller:
         except RetryLaterError as exc:
             return self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
         except Exception as exc:
-            return self._fail(source, state, now, _describe(exc))
+            return self._fail(source, state, now, describe(exc))
 
         if result.permanent_url and result.permanent_url != state.url:
             log.info(
@@ -169,7 +163,7 @@ class Poller:
         try:
             parsed = parse_feed(result.body, result.url, result.headers)
         except Exception as exc:
-            return self._fail(source, state, now, _describe(exc))
+            return self._fail(source, state, now, describe(exc))
         if parsed.skipped:
             log.warning("source %s: %d entries could not be written as items", name, parsed.skipped)
 
@@ -180,7 +174,7 @@ class Poller:
             except Exception as exc:
                 log.exception("source %s: the sink refused %d items", name, len(items))
                 return self._fail(
-                    source, state, now, f"sink failed ({_describe(exc)}); items will be refetched"
+                    source, state, now, f"sink failed ({describe(exc)}); items will be refetched"
                 )
 
         self.state_store.put(
@@ -242,7 +236,7 @@ class Poller:
         if retry_after is not None:
             delay = min(max(retry_after, 0.0), cap)
         else:
-            delay = min(self.interval(source) * 2.0 ** min(failures - 1, 60), cap)
+            delay = backoff_delay(self.interval(source), failures, cap)
         next_allowed_at = now + delay
         self.state_store.put(
             replace(
@@ -263,10 +257,3 @@ class Poller:
             delay,
         )
         return PollResult(source.name, "error", message=message, next_allowed_at=next_allowed_at)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, RosesError) and text:
-        return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -10,7 +10,6 @@ driver reads (``roses run``'s /healthz shows the counts).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,6 @@ log = logging.getLogger(__name__)
 
 Namespaces = tuple[tuple[str, str], ...]
 ErrorHook = Callable[[str | None, Exception], None]
-_GUID = re.compile(r"<guid\b[^>]*>([^<]*)</guid>")
 
 
 class CountsParam(AccumulatorParam[dict[str, int]]):
@@ -54,14 +52,10 @@ class Step:
 
 def error_hook(step: Step, errors: Accumulator[dict[str, int]] | None) -> ErrorHook:
     def on_error(xml: str | None, exc: Exception) -> None:
-        guid = _GUID.search(xml or "")
-        log.warning(
-            "stream %s, step %s: dropped item %s: %s",
-            step.stream,
-            step.step,
-            guid.group(1).strip() if guid else "(no guid)",
-            exc,
-        )
+        from roses_app.xmlfn import guid_note
+
+        note = guid_note(xml)
+        log.warning("stream %s, step %s: dropped an item%s: %s", step.stream, step.step, note, exc)
         if errors is not None:
             errors.add({step.step: 1})
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from roses_app.xmlfn.batch import (
     OnError,
     filter_batch,
+    guid_note,
     logging_hook,
     map_batch,
     observe2_batch,
@@ -57,6 +58,7 @@ __all__ = [
     "combine_batch",
     "compile_xpath",
     "filter_batch",
+    "guid_note",
     "logging_hook",
     "map_batch",
     "mutate_batch",

@@ -44,12 +44,13 @@ def logging_hook(what: str) -> OnError:
     """The default error hook: a warning naming the function and the item's guid."""
 
     def hook(xml: str | None, exc: Exception) -> None:
-        log.warning("%s dropped an item%s: %s", what, _guid_note(xml), exc)
+        log.warning("%s dropped an item%s: %s", what, guid_note(xml), exc)
 
     return hook
 
 
-def _guid_note(xml: str | None) -> str:
+def guid_note(xml: str | None) -> str:
+    """`` (guid 'x')`` for a log line about an item, or why there is none to show."""
     if not xml:
         return ""
     try:

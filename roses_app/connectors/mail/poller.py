@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from roses_app.config.model import MailSource
+from roses_app.connectors.common import SourceLocks, backoff_delay, describe
 from roses_app.connectors.mail.imap import ImapSession
 from roses_app.connectors.mail.maildir import read_maildir
 from roses_app.connectors.mail.mbox import read_mbox
@@ -122,13 +122,8 @@ class MailPoller:
         self.imap_retry_seconds = imap_retry_seconds
         self.backoff_tolerance = backoff_tolerance
         self.environ = environ
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self.lock_for = SourceLocks()
         self._seen: dict[str, tuple[str, set[str]]] = {}
-
-    def lock_for(self, name: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(name, threading.Lock())
 
     def seen_keys(self, source: MailSource) -> set[str]:
         """The source's seen keys, cached (call with the source's lock held)."""
@@ -340,11 +335,4 @@ class MailPoller:
         base = source.every_seconds if source.every_seconds > 0 else 60.0
         if source.kind in ("imap", "smtp"):
             base = min(base, self.imap_retry_seconds)
-        return float(min(base * 2.0 ** min(failures - 1, 60), self.max_backoff_seconds))
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc)
-    if isinstance(exc, RosesError) and text:
-        return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return backoff_delay(base, failures, self.max_backoff_seconds)

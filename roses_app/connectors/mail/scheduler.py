@@ -32,8 +32,8 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from roses_app.config.model import MailSource
-from roses_app.connectors.common import PollJob, start_interval_scheduler
-from roses_app.connectors.mail.poller import MailPoller, describe
+from roses_app.connectors.common import PollJob, describe, start_interval_scheduler
+from roses_app.connectors.mail.poller import MailPoller
 from roses_app.connectors.mail.smtp import SmtpServer
 from roses_app.connectors.mail.state import MailStateStore
 from roses_app.connectors.poller import PollResult, Sink

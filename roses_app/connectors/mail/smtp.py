@@ -25,7 +25,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP
 
 from roses_app.config.model import MailSource
-from roses_app.connectors.mail.poller import MailPoller, describe
+from roses_app.connectors.common import describe
+from roses_app.connectors.mail.poller import MailPoller
 from roses_app.connectors.poller import PollResult
 
 log = logging.getLogger(__name__)
