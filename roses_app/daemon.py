@@ -125,6 +125,7 @@ class Daemon:
             trigger_seconds=settings.spark.trigger_seconds,
             on_fresh=self._fresh_stream,
             errors=self.errors,
+            lateness=settings.lateness,
         )
 
     # -- modes ------------------------------------------------------------------------

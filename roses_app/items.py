@@ -38,7 +38,7 @@ class Event:
     source: str
     ts: int
     seq: int
-    item: str
+    item: str | None  # None: a heartbeat (time passed; it closes windows)
     published: int | None = None
     key: str = ""
 

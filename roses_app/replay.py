@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from roses_app.algebra.plan import Split
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate_stream
+from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.config.model import Config
 from roses_app.errors import RosesError
 from roses_app.items import Event, iso8601, micros_of, parse_item, safe_filename
@@ -49,20 +49,24 @@ def _parse_ts(value: object) -> tuple[int, bool]:
     raise ValueError(f"ts must be an integer or an ISO-8601 string, got {type(value).__name__}")
 
 
-def _parse_line(line: str) -> tuple[str, int, bool, str]:
+def _parse_line(line: str) -> tuple[str, int, bool, str | None]:
     record = json.loads(line)
     if not isinstance(record, dict):
         raise ValueError("each line must be a JSON object")
-    missing = [k for k in ("source", "ts", "item") if k not in record]
+    heartbeat = record.get("item", "") is None
+    # A heartbeat ({"ts": T, "item": null}) only says that time T has come.
+    needed = ("ts", "item") if heartbeat else ("source", "ts", "item")
+    missing = [k for k in needed if k not in record]
     if missing:
         raise ValueError(f"missing key(s): {', '.join(missing)}")
     extra = sorted(set(record) - {"source", "ts", "item"})
     if extra:
         raise ValueError(f"unknown key(s): {', '.join(extra)} (expected: source, ts, item)")
-    source, item = record["source"], record["item"]
-    if not isinstance(source, str) or not isinstance(item, str):
-        raise ValueError("source and item must be strings")
-    parse_item(item)  # a broken item is an input mistake, reported with its line
+    source, item = record.get("source", ""), record["item"]
+    if not isinstance(source, str) or not (heartbeat or isinstance(item, str)):
+        raise ValueError("source and item must be strings (item null: a heartbeat)")
+    if item is not None:
+        parse_item(item)  # a broken item is an input mistake, reported with its line
     ts, iso = _parse_ts(record["ts"])
     return source, ts, iso, item
 
@@ -91,11 +95,10 @@ def read_events(path: Path) -> EventList:
 
 
 def run_reference(config: Config, events: EventList) -> Outputs:
-    ns = config.settings.namespaces
-    return {
-        name: evaluate_stream(stream.stream, events.events, ns)
-        for name, stream in config.streams.items()
-    }
+    streams = [stream.stream for stream in config.streams.values()]
+    return evaluate_streams(
+        streams, events.events, config.settings.namespaces, lateness=config.settings.lateness
+    )
 
 
 def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -> Outputs:
@@ -131,6 +134,7 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
             work / "checkpoints",
             sink,
             once=True,
+            lateness=config.settings.lateness,
         )
         await_all(queries)
     finally:

@@ -502,7 +502,8 @@ def test_registering_an_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert any(
         p.startswith(
             "4: unknown operator 'fliter' (expected one of: filter, map, union, "
-            "split, both; or publish)"
+            "split, window, join, product, semijoin, diff, delta, aggregate, group, grouping, "
+            "nest, unnest, both; or publish)"
         )
         for p in problems
     )

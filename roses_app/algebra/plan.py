@@ -119,7 +119,209 @@ class Split(Node):
         return (self.input,)
 
 
-NODE_TYPES: tuple[type[Node], ...] = (Source, Filter, Map, Union, Split)
+@dataclass(frozen=True)
+class TimeWindow:
+    """ω_time,w,d,f,t0: at time t the events with r−d−w+1 ≤ ts ≤ r−d, where r is the
+    last refresh t0 + k·f ≤ t (r = t without a period).  Times are µs (replay ticks)."""
+
+    width: int
+    period: int | None = None
+    start: int = 0
+    delay: int = 0
+
+    def __post_init__(self) -> None:
+        if self.width <= 0 or (self.period is not None and self.period <= 0) or self.delay < 0:
+            raise ValueError("a time window needs width > 0, period > 0 and delay >= 0")
+
+    @property
+    def sliding(self) -> bool:
+        """Refreshed at every instant: only a width (and a delay) matter."""
+        return self.period is None
+
+    def __str__(self) -> str:
+        text = f"ω_time w={self.width}"
+        if self.delay:
+            text += f" d={self.delay}"
+        if self.period is not None:
+            text += f" f={self.period} t0={self.start}"
+        return text
+
+
+@dataclass(frozen=True)
+class CountWindow:
+    """ω_count,N: the last N events plus every earlier event sharing the first one's ts."""
+
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.size <= 0:
+            raise ValueError("a count window needs N > 0")
+
+    def __str__(self) -> str:
+        return f"ω_count N={self.size}"
+
+
+WindowSpec = TimeWindow | CountWindow
+
+
+@dataclass(frozen=True)
+class Window(Node):
+    """The physical Window: at each timestamp t of the input, every event of ω(input, t),
+    stamped t (its own seq kept).  As the input of a join, semijoin or diff it is the
+    WindowCall of the other side instead: the content at the other event's time."""
+
+    input: Node
+    spec: WindowSpec
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+JOIN_KINDS = ("inner", "left", "full", "product")
+
+
+@dataclass(frozen=True)
+class Join(Node):
+    """⋈ (and ×): the rewrite Union(Join(Window(f1), WindowCall(f2)), Join(Window(f2),
+    WindowCall(f1))) [∪ Diff for outer kinds], in its event form: each event meets the
+    other side's window at its own time.  A pair is emitted once, at the later of the
+    two timestamps.  ``on`` is a two-item observer ($i1, $i2); ``combine`` a mutator
+    (None: the built-in composition).  ``product`` is a full join on true()."""
+
+    left: Node
+    right: Node
+    kind: str = "inner"
+    on: str = "true()"
+    combine: XQuery | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in JOIN_KINDS:
+            raise ValueError(f"unknown join kind {self.kind!r}")
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+
+@dataclass(frozen=True)
+class Semijoin(Node):
+    """Semijoin_P(f, WindowCall(right)): the left events with a partner in the right
+    side's window at their time."""
+
+    left: Node
+    right: Node
+    on: str
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+
+@dataclass(frozen=True)
+class Diff(Node):
+    """Diff_P(f, WindowCall(right)): the left events with no partner in the right side's
+    window at their time."""
+
+    left: Node
+    right: Node
+    on: str
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+
+@dataclass(frozen=True)
+class Delta(Node):
+    """δ⁺ (``insert``): at each input timestamp, the items not there at the previous
+    one; δ⁻ (``delete``): the items of the previous timestamp that are gone."""
+
+    input: Node
+    kind: str = "insert"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("insert", "delete"):
+            raise ValueError(f"unknown delta kind {self.kind!r}")
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Aggregate(Node):
+    """α_aggr: one item per time (``$items``: the input's items at that time).  Over a
+    periodic time window: one item per window, when it closes."""
+
+    input: Node
+    reduce: XQuery
+    # The stream the results are published in: part of their guid.
+    stream: str = ""
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class GroupBy(Node):
+    """γ_group: like α, one item per time (or window) and key (the XPath ``by``)."""
+
+    input: Node
+    by: str
+    reduce: XQuery
+    stream: str = ""
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class WindowedGrouping(Node):
+    """FlameStream's windowed grouping: for each event, the reducer over the last
+    ``size`` items of its key's bucket (itself last), at the event's time."""
+
+    input: Node
+    by: str
+    size: int
+    reduce: XQuery
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Nest(Node):
+    """Nest: one item per input timestamp holding that timestamp's items, in order."""
+
+    input: Node
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+@dataclass(frozen=True)
+class Unnest(Node):
+    """Unnest: each ``item`` element nested in an input item becomes an event."""
+
+    input: Node
+
+    def children(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+
+NODE_TYPES: tuple[type[Node], ...] = (
+    Source,
+    Filter,
+    Map,
+    Union,
+    Split,
+    Window,
+    Join,
+    Semijoin,
+    Diff,
+    Delta,
+    Aggregate,
+    GroupBy,
+    WindowedGrouping,
+    Nest,
+    Unnest,
+)
 
 
 @dataclass(frozen=True)

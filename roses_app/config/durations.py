@@ -23,9 +23,10 @@ _DURATION_UNITS: dict[str, float] = {
     "m": 60.0,
     "s": 1.0,
     "ms": 0.001,
+    "us": 0.000001,
 }
 _UNIT_ORDER = list(_DURATION_UNITS)
-_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|[wdhms])")
+_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)(ms|us|[wdhms])")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?|\.\d+")
 
 _SIZE_UNITS: dict[str, int] = {
@@ -113,6 +114,8 @@ def format_duration(seconds: float) -> str:
     rest = round(seconds * 1000)
     for unit in _UNIT_ORDER:
         size = round(_DURATION_UNITS[unit] * 1000)
+        if size == 0:
+            continue  # below a millisecond: not shown
         count, rest = divmod(rest, size)
         if count:
             parts.append(f"{count}{unit}")

@@ -128,7 +128,10 @@ def format_problems(problems: Iterable[ConfigProblem]) -> str:
 def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settings:
     d = Settings()
     s = Section(
-        problems, node, "settings", optional=("data_dir", "http", "spark", "fetch", "namespaces")
+        problems,
+        node,
+        "settings",
+        optional=("data_dir", "http", "spark", "fetch", "namespaces", "lateness"),
     )
 
     data_dir = s.string("data_dir", None)
@@ -178,8 +181,14 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
         else:
             namespaces.append((prefix, uri))
 
+    lateness = s.duration("lateness", 0.0, positive=False)
     return Settings(
-        data_dir=data_path, http=http, spark=spark, fetch=fetch, namespaces=tuple(namespaces)
+        data_dir=data_path,
+        http=http,
+        spark=spark,
+        fetch=fetch,
+        namespaces=tuple(namespaces),
+        lateness=round(lateness * 1_000_000),
     )
 
 

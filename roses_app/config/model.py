@@ -51,6 +51,9 @@ class Settings:
     fetch: FetchSettings = FetchSettings()
     # prefix -> namespace URI, on top of the predeclared feed namespaces
     namespaces: tuple[tuple[str, str], ...] = ()
+    # How late (µs) an event may come and still update windows and joins: Spark's
+    # watermark delay, and what the reference evaluator holds back as undecided.
+    lateness: int = 0
 
 
 @dataclass(frozen=True)

@@ -368,3 +368,7 @@ register_operator("filter", _unary(Filter, "where"))
 register_operator("map", _map)
 register_operator("union", _union)
 register_operator("split", _unary(Split, "by"), root_only=True)
+
+
+# The operators of time (windows, joins, delta, aggregation...) register themselves.
+from roses_app.config import streams_time  # noqa: E402, F401

@@ -1,8 +1,11 @@
 """Lowering: one handler per logical plan node type, registered with singledispatch.
 
-A lowered node is a streaming DataFrame with the columns ``ts, seq, item``; a split
-adds ``part``.  ``compile_stream`` adds the stream name and gives every output the
-columns of an output row: ``stream, part, ts, seq, item``.
+A lowered node is a streaming DataFrame with the columns ``ts, seq, item, time``
+(``time``: ``ts`` as a timestamp, the event-time column the watermark is defined on);
+a split adds ``part``.  Rows with a null item are heartbeats: time passed.  Every
+stateless operator passes them on, so that windows see time go by; the output drops
+them.  ``compile_stream`` adds the stream name and gives every output the columns of
+an output row: ``stream, part, ts, seq, item``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 from functools import singledispatch
 
 from pyspark import Accumulator
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from roses_app.algebra.plan import NODE_TYPES, Filter, Map, Node, Source, Split, Stream, Union
@@ -19,16 +22,19 @@ from roses_app.spark import udfs
 
 Namespaces = tuple[tuple[str, str], ...]
 OUTPUT_COLUMNS = ("stream", "part", "ts", "seq", "item")
+EVENT_COLUMNS = ("ts", "seq", "item", "time")
 
 
 @dataclass(frozen=True)
 class LowerContext:
-    """What every handler may use: the spool's event stream, the namespaces and the
-    accumulator counting items dropped by failing functions, per step."""
+    """What every handler may use: the spool's event stream (with its watermark), the
+    namespaces, the allowed lateness (µs) and the accumulator counting items dropped
+    by failing functions, per step."""
 
     events: DataFrame
     namespaces: Namespaces = ()
     errors: Accumulator[dict[str, int]] | None = None
+    lateness: int = 0
 
     def on_error(self, node: Node) -> udfs.ErrorHook:
         return udfs.error_hook(udfs.Step.of(node), self.errors)
@@ -39,16 +45,29 @@ def lower(node: Node, ctx: LowerContext) -> DataFrame:
     raise NotImplementedError(f"no Spark lowering for {type(node).__name__} ({node.origin})")
 
 
+def with_watermark(events: DataFrame, lateness: int) -> DataFrame:
+    """The spool's events with the event-time column and the watermark on it."""
+    timed = events.withColumn("time", F.timestamp_micros(F.col("ts")))
+    return timed.withWatermark("time", f"{lateness} microseconds")
+
+
+def heartbeat() -> Column:
+    """True on heartbeat rows (a Column needs a running session: built on use)."""
+    return F.col("item").isNull()
+
+
 @lower.register
 def _source(node: Source, ctx: LowerContext) -> DataFrame:
-    return ctx.events.where(F.col("source") == F.lit(node.name)).select("ts", "seq", "item")
+    # Heartbeats belong to every source: time passes for all of them.
+    mine = (F.col("source") == F.lit(node.name)) | heartbeat()
+    return ctx.events.where(mine).select(*EVENT_COLUMNS)
 
 
 @lower.register
 def _filter(node: Filter, ctx: LowerContext) -> DataFrame:
     upstream = lower(node.input, ctx)
     observe = udfs.observer_udf(node.where, ctx.namespaces, ctx.on_error(node))
-    return upstream.where(observe(F.col("item")))
+    return upstream.where(heartbeat() | observe(F.col("item")))
 
 
 @lower.register
@@ -60,8 +79,10 @@ def _map(node: Map, ctx: LowerContext) -> DataFrame:
         if node.xquery is not None
         else udfs.accessor_udf(node.xpath, ctx.namespaces, hook)
     )
-    mapped = upstream.withColumn("item", function(F.col("item")))
-    return mapped.where(F.col("item").isNotNull())  # an empty result is λ: dropped
+    mapped = upstream.withColumn("mapped", function(F.col("item")))
+    # an empty result is λ: dropped (a heartbeat stays one)
+    kept = mapped.where(heartbeat() | F.col("mapped").isNotNull())
+    return kept.withColumn("item", F.col("mapped")).drop("mapped")
 
 
 @lower.register
@@ -69,7 +90,8 @@ def _union(node: Union, ctx: LowerContext) -> DataFrame:
     sources = [child.name for child in node.inputs if isinstance(child, Source)]
     if len(sources) == len(node.inputs):
         # A union of plain sources reads the spool once instead of once per source.
-        return ctx.events.where(F.col("source").isin(sources)).select("ts", "seq", "item")
+        mine = F.col("source").isin(sources) | heartbeat()
+        return ctx.events.where(mine).select(*EVENT_COLUMNS)
     frames = [lower(child, ctx) for child in node.inputs]
     result = frames[0]
     for frame in frames[1:]:
@@ -87,7 +109,7 @@ def _split(node: Split, ctx: LowerContext) -> DataFrame:
 
 def compile_stream(stream: Stream, ctx: LowerContext) -> DataFrame:
     """The streaming DataFrame of a stream's output rows."""
-    frame = lower(stream.plan, ctx)
+    frame = lower(stream.plan, ctx).where(~heartbeat())
     if not isinstance(stream.plan, Split):
         frame = frame.withColumn("part", F.lit(""))
     return frame.withColumn("stream", F.lit(stream.name)).select(*OUTPUT_COLUMNS)
@@ -96,3 +118,7 @@ def compile_stream(stream: Stream, ctx: LowerContext) -> DataFrame:
 def lowered_types() -> set[type]:
     """Node types that have a handler (a test checks it covers NODE_TYPES)."""
     return {t for t in NODE_TYPES if lower.dispatch(t) is not lower.dispatch(object)}
+
+
+# Handlers of the operators of time register themselves on ``lower``.
+from roses_app.spark import aggregate, joins, sequential  # noqa: E402, F401

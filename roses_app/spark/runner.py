@@ -25,7 +25,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.plan import Stream
 from roses_app.errors import QueryError
-from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream
+from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL
 
@@ -56,8 +56,10 @@ def stream_frame(
     stream: Stream,
     namespaces: Namespaces,
     errors: Accumulator[dict[str, int]] | None = None,
+    lateness: int = 0,
 ) -> DataFrame:
-    context = LowerContext(events_stream(spark, log_dir), namespaces, errors)
+    events = with_watermark(events_stream(spark, log_dir), lateness)
+    context = LowerContext(events, namespaces, errors, lateness)
     return compile_stream(stream, context)
 
 
@@ -98,6 +100,7 @@ def start_queries(
     trigger_seconds: float = 5.0,
     on_fresh: Callable[[str, str], None] | None = None,
     errors: Accumulator[dict[str, int]] | None = None,
+    lateness: int = 0,
 ) -> list[RunningQuery]:
     """Start one query per stream; ``once`` processes what is there and stops.
 
@@ -112,7 +115,7 @@ def start_queries(
         if on_fresh is not None and not (checkpoint_root / qid).exists():
             on_fresh(stream.name, qid)
         writer = (
-            stream_frame(spark, log_dir, stream, namespaces, errors)
+            stream_frame(spark, log_dir, stream, namespaces, errors, lateness)
             .writeStream.queryName(qid.replace("-", "_"))
             .option("checkpointLocation", str(checkpoint_root / qid))
             .foreachBatch(_foreach(qid, sink))

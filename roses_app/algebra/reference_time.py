@@ -1,0 +1,339 @@
+"""Reference semantics of the operators of time (seed 002's physical algebra).
+
+* Window: at each input timestamp t (heartbeats included), the window content at t.
+* Join, Semijoin, Diff: the event form of the seed's rewrite: each event meets the
+  other side's WindowCall at its own time.  A join pair is emitted once, at the later
+  of its two timestamps; the outer rows (Diff) of an event once its time is decided.
+* Delta: δ⁺/δ⁻ between consecutive input timestamps.
+* Aggregate and GroupBy: one item per timestamp (and key); over a periodic time window,
+  one per closed window (and key), stamped with its bounds and guid.
+* WindowedGrouping: FlameStream's per-key buckets of the last N items.
+* Nest and Unnest.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from itertools import groupby
+
+from roses_app.algebra.plan import (
+    Aggregate,
+    CountWindow,
+    Delta,
+    Diff,
+    GroupBy,
+    Join,
+    Nest,
+    Node,
+    Semijoin,
+    TimeWindow,
+    Unnest,
+    Window,
+    WindowedGrouping,
+    WindowSpec,
+    XQuery,
+)
+from roses_app.algebra.reference import Context, RefEvent, _evaluate, items_only, ordered, run
+from roses_app.algebra.windows import count_window
+
+# -- windows ---------------------------------------------------------------------------
+
+
+class WindowCall:
+    """ω(f, t) on demand over a time-ordered event list; no window is ω0 (same ts).
+
+    The same contents as :func:`roses_app.algebra.windows.time_window` (the oracle of
+    the seed's window tables), found by bisection: a test compares the two."""
+
+    def __init__(self, events: Sequence[RefEvent], spec: WindowSpec | None) -> None:
+        self.events = items_only(events)
+        self.times = [e.ts for e in self.events]
+        self.spec = spec
+
+    def bounds(self, t: int) -> tuple[int, int] | None:
+        """The [low, high] range of times in the window at ``t`` (not for count windows)."""
+        spec = self.spec
+        if spec is None:
+            return t, t
+        assert isinstance(spec, TimeWindow)
+        if spec.period is None:
+            refresh = t
+        elif t < spec.start:
+            return None
+        else:
+            refresh = spec.start + (t - spec.start) // spec.period * spec.period
+        return refresh - spec.delay - spec.width + 1, min(refresh - spec.delay, t)
+
+    def indices(self, t: int) -> range:
+        if isinstance(self.spec, CountWindow):
+            content = count_window(self.events, t, self.spec.size)
+            end = bisect_right(self.times, t)
+            return range(end - len(content), end)
+        found = self.bounds(t)
+        if found is None:
+            return range(0)
+        low, high = found
+        return range(bisect_left(self.times, low), bisect_right(self.times, high))
+
+    def at(self, t: int) -> list[RefEvent]:
+        return [self.events[i] for i in self.indices(t)]
+
+
+def side(node: Node) -> tuple[Node, WindowSpec | None]:
+    """A binary operator's input: the stream below a window, and the window (None: ω0)."""
+    if isinstance(node, Window):
+        return node.input, node.spec
+    return node, None
+
+
+def heartbeats(events: Sequence[RefEvent]) -> list[RefEvent]:
+    return [e for e in events if e.item is None]
+
+
+@_evaluate.register
+def _window(node: Window, ctx: Context) -> list[RefEvent]:
+    events = run(node.input, ctx)
+    call = WindowCall(events, node.spec)
+    out = set(heartbeats(events))
+    for t in sorted({e.ts for e in events}):
+        out.update(RefEvent(t, e.seq, e.item) for e in call.at(t))
+    return ordered(out)
+
+
+# -- joins, semijoin, diff -------------------------------------------------------------
+
+
+def _observe(ctx: Context, on: str, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+    if on.strip() == "true()":
+        return [True] * len(pairs)
+    from roses_app.xmlfn import observe2_batch
+
+    return observe2_batch(on, ctx.ns, list(pairs))
+
+
+def _compose(ctx: Context, combine: XQuery | None, pairs: Sequence[tuple[str, str]]) -> list:
+    from roses_app.xmlfn import combine_batch
+    from roses_app.xmlfn.stamp import compose_items
+
+    if combine is None:
+        return [compose_items(a, b) for a, b in pairs]
+    return combine_batch(combine, ctx.ns, list(pairs))
+
+
+def _matches(
+    ctx: Context, node: Join | Semijoin | Diff
+) -> tuple[list[RefEvent], list[RefEvent], set[tuple[int, int]], set[tuple[int, int]]]:
+    """Both sides' item events, and the matching pairs (left index, right index) found
+    by left events in the right window (A) and by right events in the left window (B)."""
+    left_node, left_spec = side(node.left)
+    right_node, right_spec = side(node.right)
+    lcall = WindowCall(run(left_node, ctx), left_spec)
+    rcall = WindowCall(run(right_node, ctx), right_spec)
+    left, right = lcall.events, rcall.events
+    by_left = {(i, j) for i, e in enumerate(left) for j in rcall.indices(e.ts)}
+    by_right: set[tuple[int, int]] = set()
+    if isinstance(node, Join):
+        by_right = {(i, j) for j, e in enumerate(right) for i in lcall.indices(e.ts)}
+    candidates = sorted(by_left | by_right)
+    keep = _observe(
+        ctx, node.on, [(left[i].item or "", right[j].item or "") for i, j in candidates]
+    )
+    matched = {pair for pair, ok in zip(candidates, keep, strict=True) if ok}
+    return left, right, matched & by_left, matched & by_right
+
+
+@_evaluate.register
+def _join(node: Join, ctx: Context) -> list[RefEvent]:
+    left, right, via_left, via_right = _matches(ctx, node)
+    pairs = sorted(via_left | via_right)
+    items = _compose(
+        ctx, node.combine, [(left[i].item or "", right[j].item or "") for i, j in pairs]
+    )
+    out = {
+        RefEvent(max(left[i].ts, right[j].ts), max(left[i].seq, right[j].seq), item)
+        for (i, j), item in zip(pairs, items, strict=True)
+        if item is not None
+    }
+    if node.kind in ("left", "full", "product"):
+        # Diff(Window(f1), WindowCall(f2)): i·λ = i, once the left event's time is decided
+        found = {i for i, _ in via_left}
+        out.update(e for i, e in enumerate(left) if i not in found and e.ts < ctx.horizon)
+    if node.kind in ("full", "product"):
+        found = {j for _, j in via_right}
+        out.update(e for j, e in enumerate(right) if j not in found and e.ts < ctx.horizon)
+    return ordered(out)
+
+
+@_evaluate.register
+def _semijoin(node: Semijoin, ctx: Context) -> list[RefEvent]:
+    left, _, via_left, _ = _matches(ctx, node)
+    found = {i for i, _ in via_left}
+    return [e for i, e in enumerate(left) if i in found]
+
+
+@_evaluate.register
+def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
+    left, _, via_left, _ = _matches(ctx, node)
+    found = {i for i, _ in via_left}
+    return [e for i, e in enumerate(left) if i not in found and e.ts < ctx.horizon]
+
+
+# -- delta -----------------------------------------------------------------------------
+
+
+def _rows(events: Sequence[RefEvent]) -> list[tuple[int, dict[str, RefEvent]]]:
+    """Nest at each input timestamp: the items present (first event of each item)."""
+    rows = []
+    for t, group in groupby(events, key=lambda e: e.ts):
+        present: dict[str, RefEvent] = {}
+        for e in group:
+            if e.item is not None:
+                present.setdefault(e.item, e)
+        rows.append((t, present))
+    return rows
+
+
+@_evaluate.register
+def _delta(node: Delta, ctx: Context) -> list[RefEvent]:
+    events = run(node.input, ctx)
+    out: list[RefEvent] = heartbeats(events)
+    previous: dict[str, RefEvent] = {}
+    for t, present in _rows(events):
+        if node.kind == "insert":
+            out.extend(e for item, e in present.items() if item not in previous)
+        else:
+            out.extend(
+                RefEvent(t, e.seq, item) for item, e in previous.items() if item not in present
+            )
+        previous = present
+    return ordered(set(out))
+
+
+# -- aggregation and group-by ----------------------------------------------------------
+
+Group = tuple[int, int, int, str | None, list[RefEvent]]  # ts, start, end, key, events
+
+
+def _periodic(node: Node) -> tuple[Node, TimeWindow] | None:
+    if isinstance(node, Window) and isinstance(node.spec, TimeWindow) and node.spec.period:
+        return node.input, node.spec
+    return None
+
+
+def _window_groups(events: Sequence[RefEvent], spec: TimeWindow, horizon: int) -> list[Group]:
+    """One group per closed window of a periodic time window that holds items."""
+    assert spec.period is not None
+    refreshes: set[int] = set()
+    for e in events:
+        # r − d − w + 1 ≤ ts ≤ r − d, r = t0 + k·f, k ≥ 0
+        low = max(e.ts + spec.delay, spec.start)
+        first = spec.start + -(-(low - spec.start) // spec.period) * spec.period
+        refreshes.update(range(first, e.ts + spec.delay + spec.width, spec.period))
+    groups: list[Group] = []
+    times = [e.ts for e in events]
+    for r in sorted(refreshes):
+        start, end = r - spec.delay - spec.width + 1, r - spec.delay
+        if end >= horizon:
+            continue  # not closed yet
+        content = events[bisect_left(times, start) : bisect_right(times, end)]
+        if content:
+            groups.append((end, start, end, None, list(content)))
+    return groups
+
+
+def _time_groups(events: Sequence[RefEvent], horizon: int) -> list[Group]:
+    """One group per input timestamp, once decided."""
+    return [(t, t, t, None, list(g)) for t, g in groupby(events, key=lambda e: e.ts) if t < horizon]
+
+
+def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
+    periodic = _periodic(node.input)
+    if periodic is not None:
+        below, spec = periodic
+        return _window_groups(items_only(run(below, ctx)), spec, ctx.horizon)
+    return _time_groups(items_only(run(node.input, ctx)), ctx.horizon)
+
+
+def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:
+    from roses_app.xmlfn import split_batch
+
+    out: list[Group] = []
+    for ts, start, end, _, events in groups:
+        keys = split_batch(by, ctx.ns, [e.item for e in events])
+        buckets: dict[str, list[RefEvent]] = {}
+        for e, key in zip(events, keys, strict=True):
+            if key is not None:
+                buckets.setdefault(key, []).append(e)
+        out.extend((ts, start, end, key, bucket) for key, bucket in sorted(buckets.items()))
+    return out
+
+
+def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> list[RefEvent]:
+    from roses_app.xmlfn import reduce_batch
+    from roses_app.xmlfn.stamp import stamp_window
+
+    out: set[RefEvent] = set()
+    for ts, start, end, key, events in groups:
+        extra = {"key": key} if key is not None else None
+        (item,) = reduce_batch(node.reduce, ctx.ns, [[e.item or "" for e in events]], None, extra)
+        if item is not None:
+            stamped = stamp_window(item, node.stream, start, end, key)
+            out.add(RefEvent(ts, min(e.seq for e in events), stamped))
+    return ordered(out)
+
+
+@_evaluate.register
+def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
+    return _reduce(ctx, node, _groups(node, ctx))
+
+
+@_evaluate.register
+def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
+    return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
+
+
+# -- windowed grouping, nest, unnest ---------------------------------------------------
+
+
+@_evaluate.register
+def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
+    from roses_app.algebra.nested import windowed_grouping
+    from roses_app.xmlfn import reduce_batch, split_batch
+
+    events = run(node.input, ctx)
+    present = items_only(events)
+    keys = split_batch(node.by, ctx.ns, [e.item for e in present])
+    keyed = [(e, k) for e, k in zip(present, keys, strict=True) if k is not None]
+    buckets = windowed_grouping(keyed, key=lambda pair: pair[1], window=node.size)
+    out: set[RefEvent] = set(heartbeats(events))
+    for (event, key), bucket in zip(keyed, buckets, strict=True):
+        (item,) = reduce_batch(
+            node.reduce, ctx.ns, [[e.item or "" for e, _ in bucket]], None, {"key": key}
+        )
+        if item is not None:
+            out.add(RefEvent(event.ts, event.seq, item))
+    return ordered(out)
+
+
+@_evaluate.register
+def _nest(node: Nest, ctx: Context) -> list[RefEvent]:
+    from roses_app.xmlfn.stamp import nest_items
+
+    return [
+        RefEvent(ts, min(e.seq for e in events), nest_items([e.item or "" for e in events], ts))
+        for ts, _, _, _, events in _time_groups(items_only(run(node.input, ctx)), ctx.horizon)
+    ]
+
+
+@_evaluate.register
+def _unnest(node: Unnest, ctx: Context) -> list[RefEvent]:
+    from roses_app.xmlfn.stamp import unnest_items
+
+    out: set[RefEvent] = set()
+    for e in run(node.input, ctx):
+        if e.item is None:
+            out.add(e)
+        else:
+            out.update(RefEvent(e.ts, e.seq, inner) for inner in unnest_items(e.item))
+    return ordered(out)

@@ -1,0 +1,244 @@
+"""feeds.yaml operators of time: windows, joins, semijoin, diff, delta, aggregation,
+group-by, windowed grouping, nest and unnest (registered on import).
+
+```yaml
+window:    {from: X, time: 24h}                       # ω_time,w (sliding)
+window:    {from: X, time: 1d, every: 1d, start: 0s, delay: 0s}   # periodic
+window:    {from: X, count: 8}                         # ω_count,N
+join:      {left: A, right: {window: ...}, on: XPATH, kind: inner|left|full, combine: XQ}
+product:   {left: A, right: B, combine: XQ}
+semijoin:  {left: A, right: {window: ...}, on: XPATH}
+diff:      {left: A, right: {window: ...}, on: XPATH}
+delta:     {from: X, kind: insert|delete}
+aggregate: {from: X, reduce: XQ}                       # α
+group:     {from: X, by: XPATH, reduce: XQ}            # γ
+grouping:  {from: X, by: XPATH, window: N, reduce: XQ} # FlameStream windowed grouping
+nest:      {from: X}
+unnest:    {from: X}
+```
+Durations are µs in the plan (``3us`` addresses replay ticks).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from roses_app.algebra.plan import (
+    Aggregate,
+    CountWindow,
+    Delta,
+    Diff,
+    GroupBy,
+    Join,
+    Nest,
+    Node,
+    Semijoin,
+    TimeWindow,
+    Unnest,
+    Window,
+    WindowedGrouping,
+    WindowSpec,
+)
+from roses_app.config.durations import DURATION_HINT, parse_duration
+from roses_app.config.fields import Section
+from roses_app.config.streams import (
+    Builder,
+    OperatorContext,
+    register_operator,
+    xquery_argument,
+)
+from roses_app.config.yamlmarks import Marked, describe
+
+MICROS = 1_000_000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+PAIR = ("i1", "i2")
+ITEMS = ("items", "key")
+
+
+def _micros(ctx: OperatorContext, args: Section, key: str, *, zero_ok: bool) -> int | None:
+    seconds = args.duration(key, None, positive=not zero_ok)
+    return None if seconds is None else round(seconds * MICROS)
+
+
+def _start(ctx: OperatorContext, args: Section) -> int:
+    """t0: an ISO-8601 time, or a duration after the epoch (``0s`` by default)."""
+    value = args.get("start")
+    if value is None:
+        return 0
+    if isinstance(value.value, str) and "T" in value.value:
+        try:
+            when = datetime.fromisoformat(value.value.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            return (when - EPOCH) // timedelta(microseconds=1)
+        except ValueError:
+            ctx.problem(value.line, f"window.start {value.value!r} is not an ISO-8601 time")
+            return 0
+    try:
+        return round(parse_duration(value.value) * MICROS)
+    except ValueError:
+        ctx.problem(
+            value.line,
+            f"window.start must be an ISO-8601 time (2024-01-01T00:00:00Z) or a duration "
+            f"after the epoch ({DURATION_HINT}), got {describe(value)}",
+        )
+        return 0
+
+
+def _window_spec(ctx: OperatorContext, args: Section) -> WindowSpec | None:
+    if ("time" in args) == ("count" in args):
+        ctx.problem(args.line, "window takes either time (a duration) or count (a number of items)")
+        return None
+    if "count" in args:
+        for key in ("every", "start", "delay"):
+            if key in args:
+                ctx.problem(args.key_line(key), f"window.{key} only applies to time windows")
+        size = args.integer("count", None, minimum=1)
+        return None if size is None else CountWindow(size)
+    width = _micros(ctx, args, "time", zero_ok=False)
+    period = _micros(ctx, args, "every", zero_ok=False) if "every" in args else None
+    delay = _micros(ctx, args, "delay", zero_ok=True) if "delay" in args else 0
+    start = _start(ctx, args)
+    if "start" in args and period is None:
+        ctx.problem(args.key_line("start"), "window.start needs every (a periodic window)")
+    if width is None or delay is None or ("every" in args and period is None):
+        return None
+    return TimeWindow(width, period, start, delay)
+
+
+def _window(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(
+        value, required=("from",), optional=("time", "count", "every", "start", "delay")
+    )
+    source = ctx.input(args.get("from"))
+    spec = _window_spec(ctx, args) if args.ok else None
+    if source is None or spec is None:
+        return None
+    return Window(source, spec, origin=ctx.origin)
+
+
+def _binary_input(ctx: OperatorContext, args: Section, key: str) -> Node | None:
+    """A join-like input: a stream, or a sliding time window over one (its WindowCall).
+
+    Periodic and count windows are not taken: on Spark a join is a stream-stream join
+    whose window must be a time range around each event."""
+    node = ctx.input(args.get(key), f".{key}")
+    if isinstance(node, Window):
+        spec = node.spec
+        if not isinstance(spec, TimeWindow) or spec.period is not None:
+            ctx.problem(
+                args.key_line(key),
+                f"{ctx.name}.{key}: a {ctx.name} input may be a sliding time window "
+                "(time: and delay:), not a count or periodic window; aggregate those instead",
+            )
+            return None
+    return node
+
+
+def _observer(ctx: OperatorContext, args: Section, required: bool) -> str | None:
+    if "on" not in args:
+        if required:
+            ctx.problem(args.line, f"{ctx.name} needs on: (an XPath over $i1 and $i2)")
+            return None
+        return "true()"
+    return ctx.xpath(args, "on", variables=PAIR)
+
+
+def _join(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(value, required=("left", "right"), optional=("on", "kind", "combine"))
+    left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
+    kind = args.string("kind", "inner")
+    if kind not in ("inner", "left", "full"):
+        ctx.problem(
+            args.key_line("kind"),
+            f"join.kind must be inner, left or full, got {kind!r} (a product is product:)",
+        )
+        return None
+    on = _observer(ctx, args, required=True)
+    combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
+    if left is None or right is None or on is None or ("combine" in args and combine is None):
+        return None
+    return Join(left, right, kind, on, combine, origin=ctx.origin)
+
+
+def _product(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(value, required=("left", "right"), optional=("combine",))
+    left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
+    combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
+    if left is None or right is None or ("combine" in args and combine is None):
+        return None
+    return Join(left, right, "product", "true()", combine, origin=ctx.origin)
+
+
+def _matching(node_type: type[Semijoin | Diff]) -> Builder:
+    def build(ctx: OperatorContext, value: Marked) -> Node | None:
+        args = ctx.arguments(value, required=("left", "right", "on"))
+        left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
+        on = _observer(ctx, args, required=True)
+        if left is None or right is None or on is None:
+            return None
+        return node_type(left, right, on, origin=ctx.origin)
+
+    return build
+
+
+def _delta(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(value, required=("from",), optional=("kind",))
+    source = ctx.input(args.get("from"))
+    kind = args.string("kind", "insert")
+    if kind not in ("insert", "delete"):
+        ctx.problem(args.key_line("kind"), f"delta.kind must be insert or delete, got {kind!r}")
+        return None
+    return None if source is None else Delta(source, kind, origin=ctx.origin)
+
+
+def _aggregate(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(value, required=("from", "reduce"))
+    source = ctx.input(args.get("from"))
+    reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
+    if source is None or reduce is None:
+        return None
+    return Aggregate(source, reduce, ctx.origin.stream, origin=ctx.origin)
+
+
+def _group(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(value, required=("from", "by", "reduce"))
+    source = ctx.input(args.get("from"))
+    by = ctx.xpath(args, "by")
+    reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
+    if source is None or by is None or reduce is None:
+        return None
+    return GroupBy(source, by, reduce, ctx.origin.stream, origin=ctx.origin)
+
+
+def _grouping(ctx: OperatorContext, value: Marked) -> Node | None:
+    args = ctx.arguments(value, required=("from", "by", "window", "reduce"))
+    source = ctx.input(args.get("from"))
+    by = ctx.xpath(args, "by")
+    size = args.integer("window", None, minimum=1)
+    reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
+    if source is None or by is None or size is None or reduce is None:
+        return None
+    return WindowedGrouping(source, by, size, reduce, origin=ctx.origin)
+
+
+def _plain(node_type: type[Nest | Unnest]) -> Builder:
+    def build(ctx: OperatorContext, value: Marked) -> Node | None:
+        args = ctx.arguments(value, required=("from",))
+        source = ctx.input(args.get("from"))
+        return None if source is None else node_type(source, origin=ctx.origin)
+
+    return build
+
+
+register_operator("window", _window)
+register_operator("join", _join)
+register_operator("product", _product)
+register_operator("semijoin", _matching(Semijoin))
+register_operator("diff", _matching(Diff))
+register_operator("delta", _delta)
+register_operator("aggregate", _aggregate)
+register_operator("group", _group)
+register_operator("grouping", _grouping)
+register_operator("nest", _plain(Nest))
+register_operator("unnest", _plain(Unnest))

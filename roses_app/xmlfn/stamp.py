@@ -1,0 +1,70 @@
+"""Items the engine builds itself: window stamps on aggregates, nest and unnest.
+
+Both engines call these functions, so their results are identical byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from copy import deepcopy
+from urllib.parse import quote
+
+from lxml import etree
+
+from roses_app.items import iso8601
+from roses_app.xmlfn.xpath import parse
+
+ROSES_NS = "urn:x-roses"
+_WINDOW = f"{{{ROSES_NS}}}window"
+_NESTED = f"{{{ROSES_NS}}}nested"
+
+
+def window_guid(stream: str, start: int, end: int, key: str | None = None) -> str:
+    """One guid per stream, window and key: a re-computed window replaces its item."""
+    guid = f"roses:{quote(stream, safe='')}/{start}/{end}"
+    return guid if key is None else f"{guid}/{quote(key, safe='')}"
+
+
+def stamp_window(xml: str, stream: str, start: int, end: int, key: str | None = None) -> str:
+    """The reducer's item with the window's guid and bounds (``roses:window``)."""
+    root = parse(xml)
+    for old in [*root.findall("guid"), *root.findall(_WINDOW)]:
+        root.remove(old)
+    guid = etree.SubElement(root, "guid", isPermaLink="false")
+    guid.text = window_guid(stream, start, end, key)
+    window = etree.SubElement(root, _WINDOW, nsmap={"roses": ROSES_NS})
+    window.set("start", iso8601(start))
+    window.set("end", iso8601(end))
+    if key is not None:
+        window.set("key", key)
+    return etree.tostring(root, encoding="unicode")
+
+
+def nest_items(xmls: Sequence[str], ts: int) -> str:
+    """Nest: one item holding the items of one timestamp, in order."""
+    root = etree.Element("item")
+    etree.SubElement(root, "title").text = f"{len(xmls)} items"
+    nested = etree.SubElement(root, _NESTED, nsmap={"roses": ROSES_NS})
+    nested.set("at", iso8601(ts))
+    for xml in xmls:
+        nested.append(parse(xml))
+    return etree.tostring(root, encoding="unicode")
+
+
+def unnest_items(xml: str) -> list[str]:
+    """Unnest: the ``item`` elements one level below the item's children."""
+    out = []
+    for inner in parse(xml).iterfind("*/item"):
+        alone = deepcopy(inner)  # without the enclosing item's namespace declarations
+        etree.cleanup_namespaces(alone)
+        out.append(etree.tostring(alone, encoding="unicode"))
+    return out
+
+
+def compose_items(xml1: str, xml2: str) -> str:
+    """The built-in composition i1·i2 of a join without ``combine``: i1, with i2 nested
+    in a ``roses:related`` element."""
+    root = parse(xml1)
+    related = etree.SubElement(root, f"{{{ROSES_NS}}}related", nsmap={"roses": ROSES_NS})
+    related.append(parse(xml2))
+    return etree.tostring(root, encoding="unicode")
