@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roses_app.algebra.plan import Stream
+from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, Union
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, Poller, StateStore
 from roses_app.connectors.mail import MailConnectors
@@ -27,6 +27,16 @@ from roses_app.store import OutRow, Store
 log = logging.getLogger(__name__)
 
 MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
+HEARTBEAT_SECONDS = 30.0  # at least this long between heartbeats (no item arrived meanwhile)
+STATELESS = (Source, Filter, Map, Union, Split)
+
+
+def needs_time(streams: list[Stream]) -> bool:
+    """True when some stream has an operator that time alone can make emit (windows,
+    joins, aggregates...): only then are heartbeats worth writing."""
+    return any(
+        not isinstance(node, STATELESS) for stream in streams for node in stream.plan.walk()
+    )
 
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
@@ -134,6 +144,8 @@ class Daemon:
         from roses_app.spark.runner import await_all
 
         results = self.scheduler.poll_all_once() + self.mail.poll_all_once()
+        if needs_time(self.streams()):
+            self.spool.heartbeat()  # close the windows that have ended by now
         failed = [r for r in results if r.status == "error"]
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
@@ -163,8 +175,11 @@ class Daemon:
             self.queries = self.start_queries(once=False)
             self.scheduler.start()
             self.mail.start()
+            beating = needs_time(self.streams())
             while not stop.wait(1.0):
                 self._check_queries()
+                if beating:
+                    self._heartbeat()
         finally:
             log.info("stopping: finishing polls and the batch in flight")
             self.scheduler.shutdown(wait=True)
@@ -199,6 +214,12 @@ class Daemon:
                 delay,
             )
             self.queries[index] = self.start_queries(once=False, only=[by_name[running.stream]])[0]
+
+    def _heartbeat(self) -> None:
+        """Let time pass for the queries when no item has arrived for a while."""
+        every = max(HEARTBEAT_SECONDS, self.config.settings.spark.trigger_seconds)
+        if self.spool.next_ts() - self.spool.last_ts() >= every * 1_000_000:
+            self.spool.heartbeat()
 
     def health(self) -> dict[str, Any]:
         queries = {

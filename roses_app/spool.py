@@ -82,7 +82,8 @@ class Spool:
     def _index(self, name: str, events: Sequence[Event]) -> None:
         with self._db:
             self._db.executemany(
-                "INSERT OR IGNORE INTO keys VALUES (?)", [(e.key,) for e in events]
+                "INSERT OR IGNORE INTO keys VALUES (?)",
+                [(e.key,) for e in events if e.item is not None],
             )
             self._db.execute("INSERT OR IGNORE INTO files VALUES (?)", (name,))
             if events:
@@ -127,6 +128,24 @@ class Spool:
             self._write_durably(name, events)
             self._index(name, events)
             return events
+
+    def heartbeat(self) -> Event:
+        """Append a heartbeat: an event without item saying that time has come.
+
+        Spark's watermark only moves with event times; without items arriving, the
+        windows and outer joins that time alone closes would wait for the next item.
+        """
+        with self._lock:
+            seq = self._counter("seq") + 1
+            event = Event(source="", ts=self.next_ts(), seq=seq, item=None)
+            name = f"{seq:020d}-{uuid.uuid4().hex[:8]}.jsonl"
+            self._write_durably(name, [event])
+            self._index(name, [event])
+            return event
+
+    def last_ts(self) -> int:
+        """The ingest time of the latest append (0 for an empty spool)."""
+        return self._counter("ts")
 
     def _known(self, key: str) -> bool:
         return self._db.execute("SELECT 1 FROM keys WHERE key = ?", (key,)).fetchone() is not None

@@ -52,3 +52,15 @@ def test_interrupted_append_is_reindexed_not_lost_or_repeated(tmp_path: Path) ->
     assert new[0].seq == 3 and new[0].ts == 2001
     assert [e.seq for e in reopened.events()] == [1, 2, 3]
     assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_heartbeat_is_an_event_without_item_that_moves_time_on(tmp_path: Path) -> None:
+    ticks = iter([100, 100, 100])
+    spool = Spool(tmp_path / "spool", clock=lambda: next(ticks))
+    (first,) = spool.append("a", [("<item><title>x</title></item>", None)])
+    beat = spool.heartbeat()
+    assert beat.item is None and beat.source == ""
+    assert beat.ts > first.ts and beat.seq == first.seq + 1  # monotone, like any append
+    assert spool.count() == 1  # heartbeats are not items: nothing to deduplicate
+    assert [e.item is None for e in spool.events()] == [False, True]
+    assert spool.last_ts() == beat.ts
