@@ -115,8 +115,8 @@ class Daemon:
     def streams(self) -> list[Stream]:
         return [s.stream for s in self.config.streams.values()]
 
-    def start_queries(self, once: bool, only: list[Stream] | None = None) -> list[Any]:
-        """Start the queries of ``only`` (default: every stream); returns them."""
+    def start_queries(self, once: bool) -> list[Any]:
+        """Start the queries of every stream (and of the views they share)."""
         from roses_app.spark.runner import error_counter, start_queries
         from roses_app.spark.session import build_session
 
@@ -126,7 +126,7 @@ class Daemon:
             self.errors = error_counter(spark)
         return start_queries(
             spark,
-            self.streams() if only is None else only,
+            self.streams(),
             settings.namespaces,
             self.spool.log_dir,
             settings.data_dir / "checkpoints",
@@ -136,6 +136,7 @@ class Daemon:
             on_fresh=self._fresh_stream,
             errors=self.errors,
             lateness=settings.lateness,
+            views_root=settings.data_dir / "views",
         )
 
     # -- modes ------------------------------------------------------------------------
@@ -195,9 +196,8 @@ class Daemon:
         A query that fails again at once waits twice as long each time (at most
         ``MAX_RESTART_DELAY``), so a deterministic failure does not spin.
         """
-        by_name = {s.name: s for s in self.streams()}
         now = time.monotonic()
-        for index, running in enumerate(self.queries):
+        for running in self.queries:
             if running.query.isActive:
                 continue
             delay, not_before = self._restarts.get(running.stream, (0.0, 0.0))
@@ -213,7 +213,7 @@ class Daemon:
                 running.query.exception(),
                 delay,
             )
-            self.queries[index] = self.start_queries(once=False, only=[by_name[running.stream]])[0]
+            running.query = running.restart()
 
     def _heartbeat(self) -> None:
         """Let time pass for the queries when no item has arrived for a while."""

@@ -135,6 +135,7 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
             sink,
             once=True,
             lateness=config.settings.lateness,
+            views_root=work / "views",
         )
         await_all(queries)
     finally:

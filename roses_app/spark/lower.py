@@ -10,7 +10,8 @@ an output row: ``stream, part, ts, seq, item``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import singledispatch
 
 from pyspark import Accumulator
@@ -35,6 +36,8 @@ class LowerContext:
     namespaces: Namespaces = ()
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
+    # source name -> the events of a view (a sub-plan shared by several streams)
+    views: Mapping[str, DataFrame] = field(default_factory=dict)
 
     def on_error(self, node: Node) -> udfs.ErrorHook:
         return udfs.error_hook(udfs.Step.of(node), self.errors)
@@ -58,6 +61,9 @@ def heartbeat() -> Column:
 
 @lower.register
 def _source(node: Source, ctx: LowerContext) -> DataFrame:
+    view = ctx.views.get(node.name)
+    if view is not None:
+        return view.select(*EVENT_COLUMNS)  # a view carries its own heartbeats
     # Heartbeats belong to every source: time passes for all of them.
     mine = (F.col("source") == F.lit(node.name)) | heartbeat()
     return ctx.events.where(mine).select(*EVENT_COLUMNS)
@@ -87,7 +93,11 @@ def _map(node: Map, ctx: LowerContext) -> DataFrame:
 
 @lower.register
 def _union(node: Union, ctx: LowerContext) -> DataFrame:
-    sources = [child.name for child in node.inputs if isinstance(child, Source)]
+    sources = [
+        child.name
+        for child in node.inputs
+        if isinstance(child, Source) and child.name not in ctx.views
+    ]
     if len(sources) == len(node.inputs):
         # A union of plain sources reads the spool once instead of once per source.
         mine = F.col("source").isin(sources) | heartbeat()
@@ -105,6 +115,11 @@ def _split(node: Split, ctx: LowerContext) -> DataFrame:
     split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
     named = upstream.withColumn("part", split(F.col("item")))
     return named.where(F.col("part").isNotNull())
+
+
+def compile_view(node: Node, name: str, ctx: LowerContext) -> DataFrame:
+    """The events of a shared sub-plan, heartbeats included, as spool rows of ``name``."""
+    return lower(node, ctx).withColumn("source", F.lit(name)).select("source", "ts", "seq", "item")
 
 
 def compile_stream(stream: Stream, ctx: LowerContext) -> DataFrame:

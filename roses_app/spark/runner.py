@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +25,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.plan import Stream
+from roses_app.algebra.sharing import SharedPlan, share
 from roses_app.errors import QueryError
-from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
+from roses_app.items import Event
+from roses_app.spark.lower import (
+    OUTPUT_COLUMNS,
+    LowerContext,
+    compile_stream,
+    compile_view,
+    with_watermark,
+)
 from roses_app.spark.udfs import CountsParam
-from roses_app.spool import SPARK_SCHEMA_DDL
+from roses_app.spool import SPARK_SCHEMA_DDL, write_events
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +66,25 @@ def stream_frame(
     namespaces: Namespaces,
     errors: Accumulator[dict[str, int]] | None = None,
     lateness: int = 0,
+    views: Mapping[str, Path] | None = None,
 ) -> DataFrame:
+    return compile_stream(stream, _context(spark, log_dir, namespaces, errors, lateness, views))
+
+
+def _context(
+    spark: SparkSession,
+    log_dir: Path,
+    namespaces: Namespaces,
+    errors: Accumulator[dict[str, int]] | None,
+    lateness: int,
+    views: Mapping[str, Path] | None,
+) -> LowerContext:
+    frames = {
+        name: with_watermark(events_stream(spark, folder), lateness)
+        for name, folder in (views or {}).items()
+    }
     events = with_watermark(events_stream(spark, log_dir), lateness)
-    context = LowerContext(events, namespaces, errors, lateness)
-    return compile_stream(stream, context)
+    return LowerContext(events, namespaces, errors, lateness, frames)
 
 
 def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
@@ -70,12 +94,17 @@ def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
 
 @dataclass
 class RunningQuery:
-    stream: str
+    stream: str  # the stream's name, or the view's
     query_id: str
     query: StreamingQuery
+    # starts the same query again from its checkpoint (after a failure)
+    restart: Callable[[], StreamingQuery] | None = None
 
 
-def _foreach(qid: str, sink: BatchSink) -> Callable[[DataFrame, int], None]:
+BatchHandler = Callable[[DataFrame, int], None]
+
+
+def _foreach(qid: str, sink: BatchSink) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> None:
         # Arrow transfer: several times faster than collect() for big batches.
         table = batch.toArrow()
@@ -86,6 +115,42 @@ def _foreach(qid: str, sink: BatchSink) -> Callable[[DataFrame, int], None]:
         sink(qid, batch_id, rows)
 
     return handle
+
+
+@dataclass(frozen=True)
+class QuerySetup:
+    """What every query of one start needs."""
+
+    spark: SparkSession
+    namespaces: Namespaces
+    log_dir: Path
+    checkpoint_root: Path
+    once: bool
+    trigger_seconds: float
+    errors: Accumulator[dict[str, int]] | None
+    lateness: int
+    views: Mapping[str, Path]
+
+    def context(self) -> LowerContext:
+        return _context(
+            self.spark, self.log_dir, self.namespaces, self.errors, self.lateness, self.views
+        )
+
+    def start(self, name: str, qid: str, frame: DataFrame, handle: BatchHandler) -> RunningQuery:
+        def launch() -> StreamingQuery:
+            writer = (
+                frame.writeStream.queryName(qid.replace("-", "_"))
+                .option("checkpointLocation", str(self.checkpoint_root / qid))
+                .foreachBatch(handle)
+            )
+            writer = (
+                writer.trigger(availableNow=True)
+                if self.once
+                else writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
+            )
+            return writer.start()
+
+        return RunningQuery(name, qid, launch(), launch)
 
 
 def start_queries(
@@ -101,32 +166,80 @@ def start_queries(
     on_fresh: Callable[[str, str], None] | None = None,
     errors: Accumulator[dict[str, int]] | None = None,
     lateness: int = 0,
+    views_root: Path | None = None,
 ) -> list[RunningQuery]:
     """Start one query per stream; ``once`` processes what is there and stops.
 
+    With ``views_root``, a stateless sub-plan common to several streams is computed
+    once, by a query of its own writing a view there, which those streams read
+    (:mod:`roses_app.algebra.sharing`); with ``once``, views are finished first.
     ``on_fresh(stream, query_id)`` is called for a query with no checkpoint yet (a new
     or changed stream), before it starts: it will recompute from the whole spool.
     """
     checkpoint_root.mkdir(parents=True, exist_ok=True)
+    shared = share(streams) if views_root is not None else SharedPlan({}, list(streams))
+    folders = _prepare_views(views_root, checkpoint_root, shared)
+    setup = QuerySetup(
+        spark,
+        namespaces,
+        log_dir,
+        checkpoint_root,
+        once,
+        trigger_seconds,
+        errors,
+        lateness,
+        folders,
+    )
     running: list[RunningQuery] = []
-    for stream in streams:
+    for name, node in shared.views.items():
+        frame = compile_view(node, name, setup.context())
+        running.append(setup.start(name, name, frame, _view_writer(folders[name])))
+    if once:
+        await_all(running)  # the streams read what the views wrote
+    for stream in shared.streams:
         qid = query_id(stream, namespaces)
         _drop_stale_checkpoints(checkpoint_root, stream.name, qid)
         if on_fresh is not None and not (checkpoint_root / qid).exists():
             on_fresh(stream.name, qid)
-        writer = (
-            stream_frame(spark, log_dir, stream, namespaces, errors, lateness)
-            .writeStream.queryName(qid.replace("-", "_"))
-            .option("checkpointLocation", str(checkpoint_root / qid))
-            .foreachBatch(_foreach(qid, sink))
-        )
-        writer = (
-            writer.trigger(availableNow=True)
-            if once
-            else writer.trigger(processingTime=f"{trigger_seconds} seconds")
-        )
-        running.append(RunningQuery(stream.name, qid, writer.start()))
+        frame = compile_stream(stream, setup.context())
+        running.append(setup.start(stream.name, qid, frame, _foreach(qid, sink)))
     return running
+
+
+def _prepare_views(
+    views_root: Path | None, checkpoint_root: Path, shared: SharedPlan
+) -> dict[str, Path]:
+    """Folders of the current views; those of views no longer used are removed."""
+    if views_root is None:
+        return {}
+    views_root.mkdir(parents=True, exist_ok=True)
+    for old in views_root.iterdir():
+        if old.name not in shared.views:
+            log.info("dropping view %s: no stream shares it any more", old.name)
+            shutil.rmtree(old)
+            shutil.rmtree(checkpoint_root / old.name, ignore_errors=True)
+    folders = {name: views_root / name for name in shared.views}
+    for folder in folders.values():
+        folder.mkdir(exist_ok=True)
+    return folders
+
+
+def _view_writer(folder: Path) -> BatchHandler:
+    """Write a view's micro-batch as one spool-format file, named by its batch id: a
+    replayed batch rewrites the same file (idempotent), atomically (rename)."""
+
+    def handle(batch: DataFrame, batch_id: int) -> None:
+        table = batch.toArrow()
+        columns = [table.column(name).to_pylist() for name in ("source", "ts", "seq", "item")]
+        rows = list(dict.fromkeys(zip(*columns, strict=True)))  # the union's set semantics
+        if not rows:
+            return
+        events = [Event(source, ts, seq, item) for source, ts, seq, item in rows]
+        tmp = folder.parent / f".{folder.name}-{batch_id}.tmp"
+        write_events(tmp, events)
+        os.replace(tmp, folder / f"batch-{batch_id:012d}.jsonl")
+
+    return handle
 
 
 def _drop_stale_checkpoints(root: Path, stream: str, current: str) -> None:
