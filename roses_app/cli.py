@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from roses_app.algebra.plan import Stream
 from roses_app.config import format_problems, load_config
 from roses_app.config.model import Config
 from roses_app.errors import ConfigError, RosesError
@@ -41,9 +42,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from roses_app.algebra.explain import format_plan
+def _print_logical(config: Config, names: Sequence[str]) -> dict[str, Stream]:
+    """Each stream's plan as written, then as rewritten; sub-plans shared by several
+    streams (computed once) are marked in both.  Returns the rewritten streams."""
+    from roses_app.algebra.explain import Sharing, format_plan
+    from roses_app.algebra.rewrite import rewrite_streams, summary
 
+    written = [stream.stream for stream in config.streams.values()]
+    applied: dict[str, list[str]] = {}
+    rewritten = {
+        s.name: s for s in rewrite_streams(written, config.settings.namespaces, applied=applied)
+    }
+    before = Sharing.of({s.name: s.plan for s in written})
+    after = Sharing.of({name: s.plan for name, s in rewritten.items()})
+    for name in names:
+        text = format_plan(config.streams[name].plan, sharing=before)
+        new = format_plan(rewritten[name].plan, sharing=after)
+        print(f"== stream {name}: logical plan")
+        print(text)
+        if new == text:
+            print(f"== stream {name}: rewritten plan: unchanged (no rule applies)")
+            continue
+        print(f"== stream {name}: rewritten plan (rules: {summary(applied[name])})")
+        print(new)
+    return rewritten
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
     config = _load(args.config)
     names = args.streams or list(config.streams)
     unknown = [n for n in names if n not in config.streams]
@@ -53,9 +78,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    for name in names:
-        print(f"== stream {name}: logical plan")
-        print(format_plan(config.streams[name].plan))
+    rewritten = _print_logical(config, names)
     if args.logical_only:
         return EXIT_OK
     from roses_app.spark.runner import stream_frame
@@ -66,9 +89,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     log_dir = settings.data_dir / "spool" / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
-        stream = config.streams[name]
-        print(f"== stream {name}: Spark plan")
-        frame = stream_frame(spark, log_dir, stream.stream, settings.namespaces)
+        print(f"== stream {name}: Spark plan (of the rewritten plan)")
+        frame = stream_frame(spark, log_dir, rewritten[name], settings.namespaces)
         frame.explain(extended=True)
     return EXIT_OK
 
@@ -142,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     once.set_defaults(func=cmd_once)
     command("check", "check feeds.yaml and report every mistake").set_defaults(func=cmd_check)
-    explain = command("explain", "print the logical plan and Spark's plan of streams")
+    explain = command("explain", "print the logical plan of streams, rewritten, and Spark's plan")
     explain.add_argument("streams", nargs="*", help="stream names (default: all)")
     explain.add_argument("--logical-only", action="store_true", help="do not start Spark")
     explain.set_defaults(func=cmd_explain)

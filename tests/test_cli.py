@@ -44,8 +44,97 @@ def test_explain_prints_the_plan_with_its_lines(capsys: pytest.CaptureFixture[st
     assert main(["explain", "--logical-only", "-c", str(config), "titles"]) == 0
     out = capsys.readouterr().out
     assert "Map μ xpath 'title'" in out
-    assert f"Union ∪ of 2  [{config}:8]" in out
+    assert (
+        f"Union ∪ of 2  [{config}:8]  (shared by titles, volcano: computed once; a Spark view)"
+        in out
+    )
+    assert "== stream titles: rewritten plan: unchanged (no rule applies)" in out
     assert main(["explain", "--logical-only", "-c", str(config), "nope"]) == 2
+
+
+EXPLAINED = """
+sources:
+  a: {feed: "file:a.xml"}
+  b: {feed: "file:b.xml"}
+streams:
+  both:
+    union:
+      - filter: {from: a, where: "category = 'sport'"}
+      - b
+  sporty:
+    filter:
+      from: {filter: {from: a, where: "category = 'sport'"}}
+      where: "not(category = 'world')"
+  worldly:
+    filter:
+      from: {filter: {from: b, where: "category = 'world'"}}
+      where: "not(category = 'sport')"
+  recent:
+    semijoin:
+      left: a
+      right: {window: {from: b, time: 2h, delay: 10m}}
+      on: "$i1/category = $i2/category"
+  fresh:
+    diff: {left: a, right: {window: {from: b, time: 1d}}, on: "$i1/title = $i2/title"}
+  joined:
+    join: {left: a, right: {window: {from: b, time: 1h}}, on: "$i1/link = $i2/link", kind: left}
+  last3:
+    window: {from: a, count: 3}
+  counts:
+    group:
+      from: {window: {from: a, time: 1d, every: 1d}}
+      by: "string(category)"
+      reduce: "<item>{ count($items) }</item>"
+  grouped:
+    grouping: {from: a, by: "string(category)", window: 2, reduce: "<item>{ count($items) }</item>"}
+  nested:
+    unnest: {from: {nest: {from: a}}}
+  gone:
+    delta: {from: a, kind: delete}
+"""
+
+
+def explain_logical(tmp_path: Path, capsys: pytest.CaptureFixture[str], *streams: str) -> str:
+    config = tmp_path / "feeds.yaml"
+    config.write_text(EXPLAINED)
+    assert main(["explain", "--logical-only", "-c", str(config), *streams]) == 0
+    return capsys.readouterr().out
+
+
+def test_explain_describes_every_operator_of_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = explain_logical(tmp_path, capsys)
+    for line in (
+        "Semijoin ⋉ on '$i1/category = $i2/category'",
+        "  Window ω_time w=2h d=10m",
+        "Diff − on '$i1/title = $i2/title'",
+        "Join ⋈ left on '$i1/link = $i2/link', combine built-in composition",
+        "Window ω_count N=3",
+        "GroupBy γ by 'string(category)' reduce inline XQuery '<item>{ count($items) }</item>'",
+        "  Window ω_time w=1d f=1d t0=0s",
+        "WindowedGrouping by 'string(category)' last 2 reduce inline XQuery",
+        "Unnest",
+        "  Nest",
+        "Delta δ⁻ delete",
+    ):
+        assert line in out, line
+
+
+def test_explain_shows_the_rewritten_plan_and_shared_subplans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = explain_logical(tmp_path, capsys, "both", "sporty", "worldly")
+    parts = (part.partition("\n") for part in out.split("== stream ")[1:])
+    sections = {head: body for head, _, body in parts}
+    # σ(a) is in two streams: computed once (the reference's memo, a view on Spark) ...
+    shared = "(shared by both, sporty: computed once; a Spark view)"
+    written = sections["sporty: logical plan"]
+    assert f"Filter σ where \"category = 'sport'\"  [{tmp_path}/feeds.yaml:12]  {shared}" in written
+    # ... so the rewriter does not fuse the selection above it into it
+    assert "sporty: rewritten plan: unchanged (no rule applies)" in sections
+    fused = sections["worldly: rewritten plan (rules: fuse_selections)"]
+    assert "Filter σ where \"(category = 'world') and (not(category = 'sport'))\"" in fused
 
 
 def test_replay_cli_writes_the_reference_outputs(tmp_path: Path) -> None:

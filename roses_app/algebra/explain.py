@@ -2,7 +2,106 @@
 
 from __future__ import annotations
 
-from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from roses_app.algebra.plan import (
+    Aggregate,
+    CountWindow,
+    Delta,
+    Diff,
+    Filter,
+    GroupBy,
+    Join,
+    Map,
+    Nest,
+    Node,
+    Semijoin,
+    Source,
+    Split,
+    Stream,
+    TimeWindow,
+    Union,
+    Unnest,
+    Window,
+    WindowedGrouping,
+    WindowSpec,
+    XQuery,
+)
+
+# Largest unit first: a duration is written in the largest unit that divides it.
+_UNITS = (
+    ("w", 7 * 86_400_000_000),
+    ("d", 86_400_000_000),
+    ("h", 3_600_000_000),
+    ("m", 60_000_000),
+    ("s", 1_000_000),
+    ("ms", 1_000),
+    ("us", 1),
+)
+
+
+def duration(micros: int) -> str:
+    """µs as feeds.yaml writes them: ``24h``, ``90s``, ``3us`` (``0s`` for none)."""
+    if micros == 0:
+        return "0s"
+    unit, size = next((u, s) for u, s in _UNITS if micros % s == 0)
+    return f"{micros // size}{unit}"
+
+
+def describe_xquery(query: XQuery, width: int = 40) -> str:
+    """An XQuery file's path, or the start of inline text (which records the feeds.yaml
+    it was written in as its file)."""
+    if query.file and not query.file.endswith((".yaml", ".yml")):
+        return query.file
+    text = " ".join(query.text.split())
+    return f"inline XQuery {text if len(text) <= width else text[: width - 1] + '…'!r}"
+
+
+def describe_window(spec: WindowSpec) -> str:
+    if isinstance(spec, CountWindow):
+        return f"ω_count N={spec.size}"
+    return _describe_time(spec)
+
+
+def _describe_time(spec: TimeWindow) -> str:
+    text = f"ω_time w={duration(spec.width)}"
+    if spec.delay:
+        text += f" d={duration(spec.delay)}"
+    if spec.period is not None:
+        text += f" f={duration(spec.period)} t0={duration(spec.start)}"
+    return text
+
+
+def _describe_join(node: Join) -> str:
+    combine = describe_xquery(node.combine) if node.combine else "built-in composition"
+    if node.kind == "product":
+        return f"Join × product, combine {combine}"
+    return f"Join ⋈ {node.kind} on {node.on!r}, combine {combine}"
+
+
+def _describe_time_operator(node: Node) -> str | None:
+    """The operators of time (None for the others)."""
+    if isinstance(node, Window):
+        return f"Window {describe_window(node.spec)}"
+    if isinstance(node, Join):
+        return _describe_join(node)
+    if isinstance(node, Semijoin):
+        return f"Semijoin ⋉ on {node.on!r}"
+    if isinstance(node, Diff):
+        return f"Diff − on {node.on!r}"
+    if isinstance(node, Delta):
+        return "Delta δ⁺ insert" if node.kind == "insert" else "Delta δ⁻ delete"
+    if isinstance(node, Aggregate):
+        return f"Aggregate α reduce {describe_xquery(node.reduce)}"
+    if isinstance(node, GroupBy):
+        return f"GroupBy γ by {node.by!r} reduce {describe_xquery(node.reduce)}"
+    if isinstance(node, WindowedGrouping):
+        reduce = describe_xquery(node.reduce)
+        return f"WindowedGrouping by {node.by!r} last {node.size} reduce {reduce}"
+    if isinstance(node, Nest | Unnest):
+        return type(node).__name__
+    return None
 
 
 def describe(node: Node) -> str:
@@ -13,19 +112,63 @@ def describe(node: Node) -> str:
         return f"Filter σ where {node.where!r}"
     if isinstance(node, Map):
         if node.xquery is not None:
-            return f"Map μ xquery {node.xquery}"
+            return f"Map μ xquery {describe_xquery(node.xquery)}"
         return f"Map μ xpath {node.xpath!r}"
     if isinstance(node, Union):
         return f"Union ∪ of {len(node.inputs)}"
     if isinstance(node, Split):
         return f"Split Ψ by {node.by!r}"
-    return type(node).__name__
+    return _describe_time_operator(node) or type(node).__name__
 
 
-def format_plan(node: Node, indent: str = "") -> str:
-    """The plan as an indented tree, each node with the feeds.yaml line it came from."""
+def shared_subplans(plans: Mapping[str, Node]) -> dict[Node, frozenset[str]]:
+    """The sub-plans found in more than one stream's plan (equal nodes, origins aside),
+    with the names of those streams.  The reference evaluator computes each of them
+    once (its memo).  Bare sources are left out: every stream reads them."""
+    streams: dict[Node, set[str]] = {}
+    for name, plan in plans.items():
+        for node in set(plan.walk()):
+            if not isinstance(node, Source):
+                streams.setdefault(node, set()).add(name)
+    return {node: frozenset(names) for node, names in streams.items() if len(names) > 1}
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """What to mark in a plan: the sub-plans shared by several streams (the reference
+    evaluator computes them once), and those Spark computes once, into a view."""
+
+    streams: Mapping[Node, frozenset[str]]
+    views: frozenset[Node] = frozenset()
+
+    @classmethod
+    def of(cls, plans: Mapping[str, Node]) -> Sharing:
+        from roses_app.algebra.sharing import shared_subplans as spark_views
+
+        views = spark_views([Stream(name, plan) for name, plan in plans.items()])
+        return cls(shared_subplans(plans), frozenset(views))
+
+    def note(self, node: Node, above: frozenset[str]) -> str:
+        streams = self.streams.get(node, frozenset())
+        view = node in self.views
+        # Below a marked node everything is shared too: say it again only if more
+        # streams share it, or if Spark computes it into a view (the stateless part).
+        if not (streams > above or view):
+            return ""
+        where = "; a Spark view" if view else ""
+        return f"  (shared by {', '.join(sorted(streams))}: computed once{where})"
+
+
+def _lines(node: Node, indent: str, sharing: Sharing, above: frozenset[str]) -> Iterator[str]:
     where = f"  [{node.origin.file}:{node.origin.line}]" if node.origin.line else ""
-    lines = [f"{indent}{describe(node)}{where}"]
+    yield f"{indent}{describe(node)}{where}{sharing.note(node, above)}"
+    streams = sharing.streams.get(node, frozenset())
     for child in node.children():
-        lines.append(format_plan(child, indent + "  "))
-    return "\n".join(lines)
+        yield from _lines(child, indent + "  ", sharing, streams)
+
+
+def format_plan(node: Node, indent: str = "", *, sharing: Sharing | None = None) -> str:
+    """The plan as an indented tree, each node with the feeds.yaml line it came from;
+    the sub-plans several streams share (``sharing``, see :meth:`Sharing.of`) are
+    marked."""
+    return "\n".join(_lines(node, indent, sharing or Sharing({}), frozenset()))

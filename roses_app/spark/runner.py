@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.plan import Stream
+from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.algebra.sharing import SharedPlan, share
 from roses_app.errors import QueryError
 from roses_app.items import Event
@@ -177,6 +178,9 @@ def start_queries(
     or changed stream), before it starts: it will recompute from the whole spool.
     """
     checkpoint_root.mkdir(parents=True, exist_ok=True)
+    # The rewritten plans run (and name the checkpoints); the reference evaluator runs
+    # the plans as written, so the differential tests check the rewrites too.
+    streams = rewrite_streams(streams, namespaces)
     shared = share(streams) if views_root is not None else SharedPlan({}, list(streams))
     folders = _prepare_views(views_root, checkpoint_root, shared)
     setup = QuerySetup(
