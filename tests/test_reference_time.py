@@ -84,18 +84,25 @@ def test_a_windowed_join_emits_each_pair_once_at_the_later_time() -> None:
     assert all("roses:related" in (e.item or "") for e in out)
 
 
+MS = 1000  # the horizon counts whole milliseconds, like Spark's watermark
+
+
 def test_outer_rows_wait_until_their_time_is_decided() -> None:
-    plan = Join(Source("a"), Window(Source("b"), TimeWindow(3)), "left", ON)
-    events = LEFT + RIGHT
-    assert titles(evaluate(plan, events)) == [(10, "l1")]  # t=30 is not decided yet
-    late = [*events, RefInput("", 31, 9, None)]  # a heartbeat: time 31 has come
-    assert titles(evaluate(plan, late)) == [(10, "l1"), (30, "l2")]
-    assert titles(evaluate(plan, late, lateness=2)) == [(10, "l1")]
+    plan = Join(Source("a"), Window(Source("b"), TimeWindow(3 * MS)), "left", ON)
+    events = [RefInput(e.source, e.ts * MS, e.seq, e.item) for e in LEFT + RIGHT]
+    assert titles(evaluate(plan, events)) == [(10 * MS, "l1")]  # t=30ms is not decided yet
+    late = [*events, RefInput("", 31 * MS, 9, None)]  # a heartbeat: time 31ms has come
+    assert titles(evaluate(plan, late)) == [(10 * MS, "l1"), (30 * MS, "l2")]
+    assert titles(evaluate(plan, late, lateness=2 * MS)) == [(10 * MS, "l1")]
+    # 30.999ms is still millisecond 30: not later than 30ms for the watermark
+    assert titles(evaluate(plan, [*events, RefInput("", 31 * MS - 1, 9, None)])) == [
+        (10 * MS, "l1")
+    ]
 
 
 def test_semijoin_and_diff_split_the_left_stream() -> None:
     right = Window(Source("b"), TimeWindow(15))
-    events = [*LEFT, *RIGHT, RefInput("", 99, 9, None)]
+    events = [*LEFT, *RIGHT, RefInput("", 99 * MS, 9, None)]
     assert titles(evaluate(Semijoin(Source("a"), right, ON), events)) == [(10, "l1"), (30, "l2")]
     narrow = Window(Source("b"), TimeWindow(5))
     assert titles(evaluate(Semijoin(Source("a"), narrow, ON), events)) == []
@@ -108,9 +115,11 @@ REDUCE = XQuery("<item><title>{ string-join($items/title, '+') }</title></item>"
 def test_a_tumbling_aggregate_is_one_stamped_item_per_closed_window() -> None:
     events = [RefInput("a", t, t, item(f"i{t}")) for t in (1, 2, 5, 9)]
     plan = Aggregate(Window(Source("a"), TimeWindow(4, 4)), REDUCE, "digest")
-    out = evaluate(plan, [*events, RefInput("", 12, 99, None)])
-    # windows [1, 4] (refresh 4) and [5, 8]; [9, 12] is not closed at horizon 12
-    assert titles(out) == [(4, "i1+i2"), (8, "i5")]
+    out = evaluate(plan, [*events, RefInput("", 12, 99, None), RefInput("", MS, 100, None)])
+    # windows [1, 4] (refresh 4) and [5, 8]; [9, 12] holds nothing
+    assert titles(out) == [(4, "i1+i2"), (8, "i5"), (12, "i9")]
+    early = evaluate(plan, [*events, RefInput("", 999, 99, None)])
+    assert early == []  # the horizon is still 0: nothing is closed
     assert '<guid isPermaLink="false">roses:digest/1/4</guid>' in (out[0].item or "")
     assert 'start="1970-01-01T00:00:00.000001Z"' in (out[0].item or "")
 
@@ -118,7 +127,7 @@ def test_a_tumbling_aggregate_is_one_stamped_item_per_closed_window() -> None:
 def test_group_by_keys_each_time() -> None:
     events = [RefInput("a", 1, n, item(t)) for n, t in enumerate(["a1", "b1", "a2"])]
     plan = GroupBy(Source("a"), "substring(title, 1, 1)", REDUCE, "g")
-    out = evaluate(plan, [*events, RefInput("", 2, 9, None)])
+    out = evaluate(plan, [*events, RefInput("", MS, 9, None)])
     assert titles(out) == [(1, "a1+a2"), (1, "b1")]
     assert "roses:g/1/1/a</guid>" in (out[0].item or "")
 
@@ -134,9 +143,9 @@ def test_windowed_grouping_is_flamestreams_example() -> None:
 
 def test_nest_then_unnest_gives_the_stream_back() -> None:
     events = [RefInput("a", t, n, item(f"i{n}")) for n, t in enumerate([1, 1, 2])]
-    nested = evaluate(Nest(Source("a")), [*events, RefInput("", 5, 9, None)])
+    nested = evaluate(Nest(Source("a")), [*events, RefInput("", MS, 9, None)])
     assert len(nested) == 2
-    again = evaluate(Unnest(Nest(Source("a"))), [*events, RefInput("", 5, 9, None)])
+    again = evaluate(Unnest(Nest(Source("a"))), [*events, RefInput("", MS, 9, None)])
     assert titles(again) == [(1, "i0"), (1, "i1"), (2, "i2")]
 
 

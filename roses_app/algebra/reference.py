@@ -58,8 +58,10 @@ class Context:
 
 
 def horizon_of(inputs: Sequence[RefInput], lateness: int = 0) -> int:
-    """The time before which results are decided: the latest input time − lateness."""
-    return max((e.ts for e in inputs), default=0) - lateness
+    """The time before which results are decided: the latest input time − lateness,
+    each in whole milliseconds (rounded down), as Spark's watermark counts them."""
+    latest = max((e.ts for e in inputs), default=0)
+    return 1000 * (latest // 1000 - lateness // 1000)
 
 
 def ordered(events: Iterable[RefEvent]) -> list[RefEvent]:

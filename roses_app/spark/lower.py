@@ -59,6 +59,14 @@ def heartbeat() -> Column:
     return F.col("item").isNull()
 
 
+def above_watermark(condition: Column) -> Column:
+    """``condition``, kept above the watermark: time is global, so every source's
+    events move it, as in the reference evaluator.  Spark pushes a filter below the
+    watermark unless it refers to the event-time column; ``time`` is never null, so
+    the extra term changes nothing else."""
+    return condition | F.col("time").isNull()
+
+
 @lower.register
 def _source(node: Source, ctx: LowerContext) -> DataFrame:
     view = ctx.views.get(node.name)
@@ -66,7 +74,7 @@ def _source(node: Source, ctx: LowerContext) -> DataFrame:
         return view.select(*EVENT_COLUMNS)  # a view carries its own heartbeats
     # Heartbeats belong to every source: time passes for all of them.
     mine = (F.col("source") == F.lit(node.name)) | heartbeat()
-    return ctx.events.where(mine).select(*EVENT_COLUMNS)
+    return ctx.events.where(above_watermark(mine)).select(*EVENT_COLUMNS)
 
 
 @lower.register
@@ -101,7 +109,7 @@ def _union(node: Union, ctx: LowerContext) -> DataFrame:
     if len(sources) == len(node.inputs):
         # A union of plain sources reads the spool once instead of once per source.
         mine = F.col("source").isin(sources) | heartbeat()
-        return ctx.events.where(mine).select(*EVENT_COLUMNS)
+        return ctx.events.where(above_watermark(mine)).select(*EVENT_COLUMNS)
     frames = [lower(child, ctx) for child in node.inputs]
     result = frames[0]
     for frame in frames[1:]:

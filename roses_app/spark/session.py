@@ -31,7 +31,10 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
-        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        # Stateful operators (windows, aggregates, outer joins) emit what the last
+        # watermark closed only in a no-data batch; availableNow (replay, once) runs
+        # its final one only when these are on.  Stateless queries never get one.
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         # Adaptive execution does not apply to streaming queries (Spark warns if on).
         "spark.sql.adaptive.enabled": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
