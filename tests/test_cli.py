@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import feedparser
@@ -237,3 +239,46 @@ streams:
         assert daemon.errors.value == {"big/filter": 1}
     finally:
         daemon.close()
+
+
+@pytest.mark.spark
+def test_once_publishes_one_item_per_closed_group_with_its_window_guid(
+    tmp_path: Path, spark: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(REPO / "examples" / "feeds" / "bigpicture.xml", tmp_path / "photos.xml")
+    (tmp_path / "feeds.yaml").write_text(
+        f"""
+settings: {{data_dir: ./data}}
+sources:
+  photos: {{feed: "file:photos.xml"}}
+streams:
+  by-category:
+    group: {{from: photos, by: "string(category[1])", reduce: {REPO / "xquery" / "digest.xq"}}}
+    publish: {{title: "Photos by category"}}
+"""
+    )
+    config = tmp_path / "feeds.yaml"
+    assert main(["once", "-c", str(config)]) == 0
+    time.sleep(0.01)  # the next run's heartbeat comes in a later millisecond
+    assert main(["once", "-c", str(config)]) == 0  # its heartbeat closes the groups
+    capsys.readouterr()
+    feed = feedparser.parse(
+        (tmp_path / "data" / "public" / "feeds" / "by-category.rss").read_bytes()
+    )
+    categories = {
+        c
+        for item in ET.parse(tmp_path / "photos.xml").iter("item")
+        for c in [item.findtext("category")]
+    }
+    assert not feed.bozo and len(feed.entries) == len(categories)
+    for entry in feed.entries:
+        assert entry.id.startswith("roses:by-category/")  # stream / window bounds / key
+        key = entry.id.rsplit("/", 1)[1]
+        assert key in categories and entry.title.startswith(f"Digest of {key}: ")
+    # a third run: the same groups, the same guids, nothing added
+    time.sleep(0.01)
+    assert main(["once", "-c", str(config)]) == 0
+    again = feedparser.parse(
+        (tmp_path / "data" / "public" / "feeds" / "by-category.rss").read_bytes()
+    )
+    assert sorted(e.id for e in again.entries) == sorted(e.id for e in feed.entries)
