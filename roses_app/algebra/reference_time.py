@@ -17,6 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import groupby
 
+from roses_app.algebra.equikeys import equi_key, keyed_pairs
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -131,16 +132,36 @@ def _matches(
     lcall = WindowCall(run(left_node, ctx), left_spec)
     rcall = WindowCall(run(right_node, ctx), right_spec)
     left, right = lcall.events, rcall.events
-    by_left = {(i, j) for i, e in enumerate(left) for j in rcall.indices(e.ts)}
-    by_right: set[tuple[int, int]] = set()
-    if isinstance(node, Join):
-        by_right = {(i, j) for j, e in enumerate(right) for i in lcall.indices(e.ts)}
+    by_left, by_right = _in_windows(ctx, node, lcall, rcall)
     candidates = sorted(by_left | by_right)
     keep = _observe(
         ctx, node.on, [(left[i].item or "", right[j].item or "") for i, j in candidates]
     )
     matched = {pair for pair, ok in zip(candidates, keep, strict=True) if ok}
     return left, right, matched & by_left, matched & by_right
+
+
+def _in_windows(
+    ctx: Context, node: Join | Semijoin | Diff, lcall: WindowCall, rcall: WindowCall
+) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """The pairs in A and in B.  A predicate ``$i1/P = $i2/Q [and ...]`` only holds
+    for items sharing a key value: then only those pairs are candidates (hash join)."""
+    key = equi_key(node.on)
+    if key is None or CountWindow in (type(lcall.spec), type(rcall.spec)):
+        by_left = {(i, j) for i, e in enumerate(lcall.events) for j in rcall.indices(e.ts)}
+        by_right: set[tuple[int, int]] = set()
+        if isinstance(node, Join):
+            by_right = {(i, j) for j, e in enumerate(rcall.events) for i in lcall.indices(e.ts)}
+        return by_left, by_right
+    from roses_app.xmlfn.keys import key_strings_batch
+
+    lkeys = key_strings_batch(key.left, ctx.ns, [e.item for e in lcall.events])
+    rkeys = key_strings_batch(key.right, ctx.ns, [e.item for e in rcall.events])
+    by_left = keyed_pairs(lcall.times, lkeys, rcall.times, rkeys, rcall.bounds)
+    if isinstance(node, Join):
+        swapped = keyed_pairs(rcall.times, rkeys, lcall.times, lkeys, lcall.bounds)
+        return by_left, {(i, j) for j, i in swapped}
+    return by_left, set()
 
 
 @_evaluate.register

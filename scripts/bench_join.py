@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Benchmark: a join over 24h windows, the reference evaluator vs Spark, side by side.
+
+Generates two feeds of N items each (default 50,000) spread over ~30 days; about
+half of A's items repeat the link of a B item published within a day of them (the
+same story in two feeds).  Then runs the inner join
+
+    join: {left: {window: {from: A, time: 24h}}, right: {window: {from: B, time: 24h}},
+           on: "$i1/link = $i2/link"}
+
+through roses_app.replay.run_reference and run_spark, each engine in a process of
+its own, and prints items/s, the peak memory of each and the ratios.  Both engines
+pair items by the predicate's equi-join key (roses_app.algebra.equikeys) and check
+the whole predicate on those candidates only.  Peak memory is sampled every 0.1 s
+from /proc: the engine's process (the driver), the JVM and Spark's Python workers.
+Spark gets a warm-up run on 2,000 events first (not counted).  Figures depend on the
+machine (2 cores here); quote a second run.
+
+    .venv/bin/python scripts/bench_join.py [--items 50000] [--days 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+HOUR = 3_600_000_000  # µs
+START = 1_717_200_000_000_000  # 2024-06-01, µs since the epoch
+CONFIG = """
+settings: {{data_dir: {data}, spark: {{master: "local[2]", shuffle_partitions: 2}}}}
+sources:
+  A: {{feed: "file:A.xml"}}
+  B: {{feed: "file:B.xml"}}
+streams:
+  related:
+    join:
+      left: {{window: {{from: A, time: 24h}}}}
+      right: {{window: {{from: B, time: 24h}}}}
+      on: "$i1/link = $i2/link"
+"""
+WORDS = ["volcano", "eruption", "football", "election", "market"]
+WORDS += ["storm", "lava", "climate", "match", "vote"]
+
+
+# -- input -----------------------------------------------------------------------------
+
+
+def _item(rng: random.Random, name: str, link: str) -> str:
+    title = " ".join(rng.choice(WORDS) for _ in range(6))
+    return (
+        f"<item><title>{title}</title><link>{link}</link><guid>{name}</guid>"
+        f"<description>{name}: {title}, {' '.join(rng.choice(WORDS) for _ in range(20))}"
+        f"</description><category>{rng.choice(WORDS)}</category></item>"
+    )
+
+
+def generate(path: Path, n: int, days: int, seed: int = 11) -> None:
+    """A and B, n items each; a heartbeat two days after the last closes every window."""
+    rng = random.Random(seed)
+    span = days * 24 * HOUR
+    b_times = sorted(START + rng.randrange(span) for _ in range(n))
+    events = [
+        (t, "B", _item(rng, f"b{j}", f"https://b.example/{j}")) for j, t in enumerate(b_times)
+    ]
+    for i in range(n):
+        t = START + rng.randrange(span)
+        link = f"https://a.example/{i}"
+        if rng.random() < 0.5:  # the same story as a B item of the day around
+            low = bisect.bisect_left(b_times, t - 23 * HOUR)
+            high = bisect.bisect_right(b_times, t + 23 * HOUR)
+            if high > low:
+                link = f"https://b.example/{rng.randrange(low, high)}"
+        events.append((t, "A", _item(rng, f"a{i}", link)))
+    events.sort(key=lambda e: e[0])
+    with open(path, "w") as fh:
+        for t, source, item in events:
+            fh.write(json.dumps({"source": source, "ts": t, "item": item}) + "\n")
+        fh.write(json.dumps({"ts": events[-1][0] + 48 * HOUR, "item": None}) + "\n")
+
+
+# -- memory ----------------------------------------------------------------------------
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # the process is gone
+            tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _descendants(root: int) -> Iterator[int]:
+    tree, todo = _children(), [root]
+    while todo:
+        pid = todo.pop()
+        yield pid
+        todo.extend(tree.get(pid, []))
+
+
+def _rss_and_kind(pid: int) -> tuple[int, str]:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        with open(f"/proc/{pid}/comm") as fh:
+            command = fh.read().strip()
+    except OSError:
+        return 0, ""
+    rss = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
+    if pid == os.getpid():
+        return rss, "driver"
+    return rss, "jvm" if command == "java" else "workers"
+
+
+class PeakMemory:
+    """The peak resident memory of this process and its descendants, by kind."""
+
+    def __init__(self) -> None:
+        self.peak: dict[str, int] = {"driver": 0, "jvm": 0, "workers": 0, "total": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            now = {"driver": 0, "jvm": 0, "workers": 0}
+            for pid in _descendants(os.getpid()):
+                rss, kind = _rss_and_kind(pid)
+                if kind:
+                    now[kind] += rss
+            now["total"] = sum(now.values())
+            for kind, value in now.items():
+                self.peak[kind] = max(self.peak[kind], value)
+
+
+# -- one engine, in its own process ----------------------------------------------------
+
+
+def run_engine(engine: str, work: Path) -> dict[str, object]:
+    from roses_app.config import load_config
+    from roses_app.replay import read_events, run_reference, run_spark, write_outputs
+
+    config = load_config(work / "feeds.yaml")
+    events = read_events(work / "events.jsonl")
+    if engine == "spark":
+        warm = read_events(work / "warm-up.jsonl")
+        run_spark(config, warm)  # the JVM, JIT and Python workers: not counted
+    with PeakMemory() as memory:
+        started = time.perf_counter()
+        run = run_spark if engine == "spark" else run_reference
+        outputs = run(config, events)
+        seconds = time.perf_counter() - started
+    write_outputs(outputs, work / f"out-{engine}", events.iso_times)
+    items = sum(1 for e in events.events if e.item is not None)
+    pairs = len(outputs["related"][""])
+    return {"engine": engine, "seconds": seconds, "items": items, "pairs": pairs, **memory.peak}
+
+
+def _spawn(engine: str, work: Path) -> dict[str, object]:
+    command = [sys.executable, __file__, "--engine", engine, "--work", str(work)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{engine} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _mb(value: object) -> str:
+    return f"{int(value) / 2**20:7.0f}" if isinstance(value, int) else "      -"
+
+
+def report(results: list[dict[str, object]]) -> None:
+    print(
+        f"{'':>9} {'items/s':>9} {'seconds':>8} {'pairs':>7}   peak MB:"
+        f" driver     JVM workers   total"
+    )
+    rates: dict[str, float] = {}
+    for r in results:
+        seconds = float(str(r["seconds"]))
+        rates[str(r["engine"])] = int(str(r["items"])) / seconds
+        memory = " ".join(
+            _mb(r[k] if r[k] else None) for k in ("driver", "jvm", "workers", "total")
+        )
+        print(
+            f"{r['engine']:>9} {rates[str(r['engine'])]:9.0f} {seconds:8.1f} {r['pairs']:>7}"
+            f"           {memory}"
+        )
+    ref, spark = results
+    print(
+        f"spark / reference: {rates['spark'] / rates['reference']:.2f}x the throughput, "
+        f"{int(str(spark['total'])) / int(str(ref['total'])):.1f}x the peak memory"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=50_000, help="items per feed")
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--engine", choices=("reference", "spark"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.engine:  # a child: one engine, its figures as the last line
+        print(json.dumps(run_engine(args.engine, args.work)))
+        return
+    work = Path(tempfile.mkdtemp(prefix="roses-bench-join-"))
+    (work / "feeds.yaml").write_text(CONFIG.format(data=work / "data"))
+    generate(work / "events.jsonl", args.items, args.days)
+    lines = (work / "events.jsonl").read_text().splitlines(keepends=True)
+    (work / "warm-up.jsonl").write_text("".join(lines[:2000]))
+    print(f"{2 * args.items} items over {args.days} days in {work}")
+    results = [_spawn(engine, work) for engine in ("reference", "spark")]
+    report(results)
+    same = (work / "out-reference").is_dir() and all(
+        (work / "out-reference" / p.name).read_bytes() == p.read_bytes()
+        for p in (work / "out-spark").glob("*.jsonl")
+    )
+    print(f"identical outputs: {same}")
+
+
+if __name__ == "__main__":
+    main()
