@@ -26,7 +26,7 @@ def closed_port() -> int:
 
 def test_check_accepts_the_shipped_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "-c", str(REPO / "feeds.yaml")]) == 0
-    assert "OK (5 sources, 5 streams)" in capsys.readouterr().out
+    assert "OK (5 sources, 7 streams)" in capsys.readouterr().out
 
 
 def test_check_reports_every_mistake_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
