@@ -8,18 +8,21 @@ Spark worker gets them (default 10,000):
   expression, with the fast path turned off), items/s and the ratio;
 * an XQuery mutator run by Saxon over whole batches vs one Saxon call per item
   (timed on a sample, default 2,000 items), items/s and the ratio; for a simple
-  mutator (adds one element) and for the shipped ``xquery/tag-topics.xq``.
+  mutator (adds one element) and for the shipped ``xquery/tag-topics.xq``;
+* the same batches shared with helper processes (``--processes``, default 2; see
+  ``roses_app.xmlfn.xqpool``) vs one process.
 
 Every figure includes parsing the serialized items and serializing the results.
-It runs on one core (one thread).  Figures depend on the machine; run it twice and
-quote the second run.
+Apart from the helper processes it runs on one core (one thread).  Figures depend on
+the machine, and on what else runs on it: run it twice and quote the second run.
 
-    .venv/bin/python scripts/bench_xmlfn.py [--items 100000] [--batch 10000]
+    .venv/bin/python scripts/bench_xmlfn.py [--items 100000] [--batch 10000] [--processes 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -30,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from roses_app.algebra.plan import XQuery  # noqa: E402
-from roses_app.xmlfn import filter_batch, mutate_batch, uses_fast_path  # noqa: E402
+from roses_app.xmlfn import filter_batch, mutate_batch, uses_fast_path, xqpool  # noqa: E402
 
 WORDS = (
     *("volcano", "eruption", "lava", "iceland", "football", "election", "vote", "climate"),
@@ -99,7 +102,9 @@ def bench_observer(items: Sequence[str], size: int) -> None:
     line("  filter (XPath)", fast, slow, ("lxml", "elementpath"))
 
 
-def bench_mutator(label: str, query: XQuery, items: Sequence[str], size: int, sample: int) -> None:
+def bench_mutator(
+    label: str, query: XQuery, items: Sequence[str], size: int, sample: int, processes: int
+) -> None:
     parts = batches(items, size)
     mutate_batch(query, (), items[:10])  # compile and check outside the timing
     errors: list[Exception] = []
@@ -119,6 +124,16 @@ def bench_mutator(label: str, query: XQuery, items: Sequence[str], size: int, sa
     slow = rate(one_by_one)
     assert not errors, errors[:3]
     line(f"  {label}", fast, slow, ("batched", "one per item"))
+    if processes > 1:
+        os.environ[xqpool.ENV] = str(processes)
+        try:
+            assert xqpool.wait_ready(), "the XQuery helper processes did not start"
+            mutate_batch(query, (), parts[0])  # the helpers compile it outside the timing
+            shared = rate(batched)
+        finally:
+            del os.environ[xqpool.ENV]
+        assert not errors, errors[:3]
+        line(f"    {processes} processes", shared, fast, ("batched", "1 process"))
 
 
 def main() -> None:
@@ -126,6 +141,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=10_000, help="items per batch call")
     parser.add_argument("--sample", type=int, default=2_000, help="items for one-per-item")
+    parser.add_argument("--processes", type=int, default=2, help="for the shared batches")
     args = parser.parse_args()
     items = generate(args.items)
     size = sum(map(len, items)) / len(items)
@@ -134,11 +150,11 @@ def main() -> None:
     bench_observer(items, args.batch)
     print("mutators (XQuery, Saxon-HE):")
     simple = XQuery(SIMPLE_MUTATOR, "simple mutator", 1)
-    bench_mutator("simple (adds an element)", simple, items, args.batch, args.sample)
+    runs = (args.batch, args.sample, args.processes)
+    bench_mutator("simple (adds an element)", simple, items, *runs)
     tag = REPO / "xquery" / "tag-topics.xq"
-    bench_mutator(
-        "xquery/tag-topics.xq", XQuery(tag.read_text(), str(tag), 1), items, args.batch, args.sample
-    )
+    bench_mutator("xquery/tag-topics.xq", XQuery(tag.read_text(), str(tag), 1), items, *runs)
+    xqpool.stop()
 
 
 if __name__ == "__main__":

@@ -207,6 +207,10 @@ def test_items_with_xml_declarations_and_many_entity_references() -> None:
     escaped = "<item><description>" + "&lt;b&gt;x&lt;/b&gt; &amp; " * 10 + "</description></item>"
     out = mutate_batch(query, (), [escaped] * 3000)
     assert out[0] == escaped and out[-1] == escaped
+    # ... and the text of a CDATA section is left as it is, even in such a batch
+    cdata = "<item><description><![CDATA[a &lt; b]]></description></item>"
+    out = mutate_batch(query, (), [escaped] * 3000 + [cdata])
+    assert element(out[-1]).findtext("description") == "a &lt; b"
 
 
 # -- errors per item --------------------------------------------------------------------------

@@ -7,8 +7,13 @@ mutators and reducers in XQuery 3.1.
   engine instead, because they give the same result there;
 * :mod:`~roses_app.xmlfn.batch`: the batch functions the Spark UDFs and the reference
   evaluator call (one call per batch), with the per-item error hook;
-* :mod:`~roses_app.xmlfn.xqsource` and :mod:`~roses_app.xmlfn.xquery`: XQuery
-  mutators run by Saxon-HE over a whole batch per call.
+* :mod:`~roses_app.xmlfn.xqsource`, :mod:`~roses_app.xmlfn.xqprepare` and
+  :mod:`~roses_app.xmlfn.xquery`: XQuery mutators run by Saxon-HE over a whole batch
+  per call; :mod:`~roses_app.xmlfn.xqpool` spreads big batches over helper processes
+  (``ROSES_XQUERY_PROCESSES``, off by default: Spark already runs a worker per core);
+* :mod:`~roses_app.xmlfn.keys` (equi-join key values) and
+  :mod:`~roses_app.xmlfn.stamp` (window stamps, nest/unnest, the built-in composition):
+  the items both engines build the same way.
 
 This package imports lxml and elementpath; saxonche is loaded on the first XQuery call.
 """

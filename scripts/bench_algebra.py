@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark: a join over 24h windows, the reference evaluator vs Spark, side by side.
+"""Benchmark: a join over 24h windows and a tumbling-window digest, the reference
+evaluator vs Spark, side by side.
 
 Generates two feeds of N items each (default 50,000) spread over ~30 days; about
 half of A's items repeat the link of a B item published within a day of them (the
@@ -8,15 +9,20 @@ same story in two feeds).  Then runs the inner join
     join: {left: {window: {from: A, time: 24h}}, right: {window: {from: B, time: 24h}},
            on: "$i1/link = $i2/link"}
 
-through roses_app.replay.run_reference and run_spark, each engine in a process of
-its own, and prints items/s, the peak memory of each and the ratios.  Both engines
+and a digest of both feeds per hour (one xquery/digest.xq item per tumbling window)
+
+    aggregate: {from: {window: {from: {union: [A, B]}, time: 1h, every: 1h}},
+                reduce: xquery/digest.xq}
+
+through roses_app.replay.run_reference and run_spark, each engine and query in a
+process of its own, and prints items/s, the peak memory of each and the ratios.  Both engines
 pair items by the predicate's equi-join key (roses_app.algebra.equikeys) and check
 the whole predicate on those candidates only.  Peak memory is sampled every 0.1 s
 from /proc: the engine's process (the driver), the JVM and Spark's Python workers.
 Spark gets a warm-up run on 2,000 events first (not counted).  Figures depend on the
 machine (2 cores here); quote a second run.
 
-    .venv/bin/python scripts/bench_join.py [--items 50000] [--days 30]
+    .venv/bin/python scripts/bench_algebra.py [--items 50000] [--days 30] [--query join digest]
 """
 
 from __future__ import annotations
@@ -36,18 +42,29 @@ from pathlib import Path
 
 HOUR = 3_600_000_000  # µs
 START = 1_717_200_000_000_000  # 2024-06-01, µs since the epoch
-CONFIG = """
+HEAD = """
 settings: {{data_dir: {data}, spark: {{master: "local[2]", shuffle_partitions: 2}}}}
 sources:
   A: {{feed: "file:A.xml"}}
   B: {{feed: "file:B.xml"}}
 streams:
-  related:
+"""
+QUERIES = {
+    "join": """
+  join:
     join:
       left: {{window: {{from: A, time: 24h}}}}
       right: {{window: {{from: B, time: 24h}}}}
       on: "$i1/link = $i2/link"
-"""
+""",
+    "digest": """
+  digest:
+    aggregate:
+      from: {{window: {{from: {{union: [A, B]}}, time: 1h, every: 1h}}}}
+      reduce: {xquery}/digest.xq
+""",
+}
+XQUERY_DIR = Path(__file__).resolve().parent.parent / "xquery"
 WORDS = ["volcano", "eruption", "football", "election", "market"]
 WORDS += ["storm", "lava", "climate", "match", "vote"]
 
@@ -157,11 +174,11 @@ class PeakMemory:
 # -- one engine, in its own process ----------------------------------------------------
 
 
-def run_engine(engine: str, work: Path) -> dict[str, object]:
+def run_engine(engine: str, work: Path, query: str) -> dict[str, object]:
     from roses_app.config import load_config
     from roses_app.replay import read_events, run_reference, run_spark, write_outputs
 
-    config = load_config(work / "feeds.yaml")
+    config = load_config(work / f"{query}.yaml")
     events = read_events(work / "events.jsonl")
     if engine == "spark":
         warm = read_events(work / "warm-up.jsonl")
@@ -171,14 +188,15 @@ def run_engine(engine: str, work: Path) -> dict[str, object]:
         run = run_spark if engine == "spark" else run_reference
         outputs = run(config, events)
         seconds = time.perf_counter() - started
-    write_outputs(outputs, work / f"out-{engine}", events.iso_times)
+    write_outputs(outputs, work / f"out-{query}-{engine}", events.iso_times)
     items = sum(1 for e in events.events if e.item is not None)
-    pairs = len(outputs["related"][""])
-    return {"engine": engine, "seconds": seconds, "items": items, "pairs": pairs, **memory.peak}
+    results = len(outputs[query][""])
+    return {"engine": engine, "seconds": seconds, "items": items, "pairs": results, **memory.peak}
 
 
-def _spawn(engine: str, work: Path) -> dict[str, object]:
+def _spawn(engine: str, work: Path, query: str) -> dict[str, object]:
     command = [sys.executable, __file__, "--engine", engine, "--work", str(work)]
+    command += ["--query", query]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"{engine} failed:\n{done.stderr[-4000:]}")
@@ -189,9 +207,10 @@ def _mb(value: object) -> str:
     return f"{int(value) / 2**20:7.0f}" if isinstance(value, int) else "      -"
 
 
-def report(results: list[dict[str, object]]) -> None:
+def report(query: str, results: list[dict[str, object]]) -> None:
+    print(f"-- {query}")
     print(
-        f"{'':>9} {'items/s':>9} {'seconds':>8} {'pairs':>7}   peak MB:"
+        f"{'':>9} {'items/s':>9} {'seconds':>8} {'outputs':>7}   peak MB:"
         f" driver     JVM workers   total"
     )
     rates: dict[str, float] = {}
@@ -218,25 +237,29 @@ def main() -> None:
     )
     parser.add_argument("--items", type=int, default=50_000, help="items per feed")
     parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--query", nargs="+", choices=tuple(QUERIES), default=list(QUERIES))
     parser.add_argument("--engine", choices=("reference", "spark"), help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine:  # a child: one engine, its figures as the last line
-        print(json.dumps(run_engine(args.engine, args.work)))
+        print(json.dumps(run_engine(args.engine, args.work, args.query[0])))
         return
     work = Path(tempfile.mkdtemp(prefix="roses-bench-join-"))
-    (work / "feeds.yaml").write_text(CONFIG.format(data=work / "data"))
+    for query, text in QUERIES.items():
+        config = (HEAD + text).format(data=work / "data", xquery=XQUERY_DIR)
+        (work / f"{query}.yaml").write_text(config)
     generate(work / "events.jsonl", args.items, args.days)
     lines = (work / "events.jsonl").read_text().splitlines(keepends=True)
     (work / "warm-up.jsonl").write_text("".join(lines[:2000]))
     print(f"{2 * args.items} items over {args.days} days in {work}")
-    results = [_spawn(engine, work) for engine in ("reference", "spark")]
-    report(results)
-    same = (work / "out-reference").is_dir() and all(
-        (work / "out-reference" / p.name).read_bytes() == p.read_bytes()
-        for p in (work / "out-spark").glob("*.jsonl")
-    )
-    print(f"identical outputs: {same}")
+    for query in args.query:
+        results = [_spawn(engine, work, query) for engine in ("reference", "spark")]
+        report(query, results)
+        ours, theirs = work / f"out-{query}-reference", work / f"out-{query}-spark"
+        same = ours.is_dir() and all(
+            (ours / p.name).read_bytes() == p.read_bytes() for p in theirs.glob("*.jsonl")
+        )
+        print(f"identical outputs: {same}")
 
 
 if __name__ == "__main__":
