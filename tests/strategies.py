@@ -4,7 +4,25 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union
+from roses_app.algebra.plan import (
+    Aggregate,
+    CountWindow,
+    Delta,
+    Diff,
+    Filter,
+    GroupBy,
+    Join,
+    Map,
+    Node,
+    Semijoin,
+    Source,
+    Split,
+    TimeWindow,
+    Union,
+    Window,
+    WindowedGrouping,
+    XQuery,
+)
 from roses_app.algebra.reference import RefInput
 
 SOURCES = ("a", "b")
@@ -65,3 +83,58 @@ def plans(max_leaves: int = 4) -> st.SearchStrategy[Node]:
 def stream_plans() -> st.SearchStrategy[Node]:
     """A plan, possibly under a split at its root."""
     return st.one_of(plans(), st.builds(Split, plans(), st.sampled_from(SPLITTERS)))
+
+
+# -- plans with the operators of time --------------------------------------------------
+
+REDUCER = XQuery(
+    "<item><title>{ string-join($items/title, ' + ') }</title>"
+    "<category>{ count($items) }</category></item>"
+)
+PAIR_PREDICATES = ("$i1/link = $i2/link", "$i1/category = $i2/category", "true()")
+
+
+def time_windows() -> st.SearchStrategy[TimeWindow]:
+    sliding = st.builds(TimeWindow, st.integers(1, 4), st.none(), st.just(0), st.integers(0, 1))
+    periodic = st.builds(
+        TimeWindow, st.integers(1, 4), st.integers(1, 4), st.integers(0, 2), st.integers(0, 1)
+    )
+    return sliding | periodic
+
+
+def windows(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+    spec = time_windows() | st.builds(CountWindow, st.integers(1, 5))
+    return st.builds(Window, below, spec)
+
+
+def join_inputs(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+    sliding = st.builds(TimeWindow, st.integers(1, 4), st.none(), st.just(0), st.integers(0, 1))
+    return below | st.builds(Window, below, sliding)
+
+
+def time_plans() -> st.SearchStrategy[Node]:
+    """A stateless plan with one or two operators of time on top."""
+    below = plans(max_leaves=2)
+    periodic = st.builds(TimeWindow, st.integers(1, 4), st.integers(1, 4), st.integers(0, 2))
+    return st.one_of(
+        windows(below),
+        st.builds(Delta, windows(below), st.sampled_from(("insert", "delete"))),
+        st.builds(Aggregate, below | st.builds(Window, below, periodic), st.just(REDUCER)),
+        st.builds(GroupBy, below, st.sampled_from(SPLITTERS[:1]), st.just(REDUCER)),
+        st.builds(
+            WindowedGrouping,
+            below,
+            st.just("string(category)"),
+            st.integers(1, 3),
+            st.just(REDUCER),
+        ),
+        st.builds(
+            Join,
+            join_inputs(below),
+            join_inputs(below),
+            st.sampled_from(("inner", "left", "full", "product")),
+            st.sampled_from(PAIR_PREDICATES),
+        ),
+        st.builds(Semijoin, below, join_inputs(below), st.sampled_from(PAIR_PREDICATES)),
+        st.builds(Diff, below, join_inputs(below), st.sampled_from(PAIR_PREDICATES)),
+    )
