@@ -99,7 +99,7 @@ class RunningQuery:
     query_id: str
     query: StreamingQuery
     # starts the same query again from its checkpoint (after a failure)
-    restart: Callable[[], StreamingQuery] | None = None
+    restart: Callable[[], StreamingQuery]
 
 
 BatchHandler = Callable[[DataFrame, int], None]
