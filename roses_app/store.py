@@ -12,7 +12,8 @@ that Spark replays after a crash changes nothing.
 Identity: within one output feed ``(stream, part)`` an item is keyed by its guid (the
 ``<guid>`` text, else its ``<link>``, else a sha256 of the serialized item).  An item that
 comes again with the same guid replaces the stored one: feed readers see an update, not
-a duplicate.  The stored ``(ts, seq)`` is the newest of the old and the new one.
+a duplicate.  Only a newer event (by ``(ts, seq)``) replaces: an older one written later,
+such as an outer join's lonely row decided after its enriched pair, is ignored.
 """
 
 from __future__ import annotations
@@ -268,13 +269,16 @@ class Store:
                 (row.stream, row.part, guid, row.ts, row.seq, row.item, now, now),
             )
         else:
-            ts, seq = max((old[0], old[1]), (row.ts, row.seq))
-            changed = (ts, seq, row.item) != (old[0], old[1], old[2])
+            # An older event of the item (an outer join's lonely row, decided only
+            # after its enriched pair was published) never replaces a newer one.
+            changed = (row.ts, row.seq) >= (old[0], old[1]) and (
+                (row.ts, row.seq, row.item) != (old[0], old[1], old[2])
+            )
             if changed:
                 conn.execute(
                     "UPDATE entries SET ts = ?, seq = ?, item = ?, updated_at = ?"
                     " WHERE stream = ? AND part = ? AND guid = ?",
-                    (ts, seq, row.item, now, row.stream, row.part, guid),
+                    (row.ts, row.seq, row.item, now, row.stream, row.part, guid),
                 )
         if changed:
             conn.execute(

@@ -99,11 +99,13 @@ def test_same_guid_replaces_in_place(store: Store, clock: Clock) -> None:
     assert first.created_at == created.created_at
     assert first.updated_at == clock.t
     assert store.feed_updated("s", "") == clock.t
-    # an older re-emission replaces the content but keeps the newest (ts, seq)
+    # an older event written later (an outer join's lonely row, decided after its
+    # enriched pair was published) does not replace the newer version
     clock.t += 10
     store.write_batch("q", 2, [OutRow("s", "", 150, 0, item(1, "v3"))])
     first = store.latest("s", "", 1)[0]
-    assert (first.ts, first.seq) == (200, 3) and "v3" in first.item
+    assert (first.ts, first.seq) == (200, 3) and "v2" in first.item
+    assert first.updated_at == clock.t - 10
 
 
 def test_same_guid_within_one_batch_newest_wins(store: Store) -> None:
