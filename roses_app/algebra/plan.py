@@ -6,8 +6,9 @@ that errors found while compiling or running point back at the user's text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,24 @@ class Node:
         yield self
         for child in self.children():
             yield from child.walk()
+
+    def map_inputs(self, fn: Callable[[Node], Node]) -> Node:
+        """This node with ``fn`` applied to each input (its origin kept); the node
+        itself when ``fn`` returns every input unchanged."""
+        changes: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Node):
+                new: Any = fn(value)
+                same = new is value
+            elif isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
+                new = tuple(fn(v) for v in value)
+                same = all(a is b for a, b in zip(new, value, strict=True))
+            else:
+                continue
+            if not same:
+                changes[f.name] = new
+        return replace(self, **changes) if changes else self
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from roses_app.algebra.plan import (
     Aggregate,
@@ -333,18 +332,12 @@ class _Run:
 
     def children(self, node: Node) -> Node:
         reads = isinstance(node, WINDOW_READERS)
-        changes: dict[str, Any] = {}
-        for f in fields(node):
-            value = getattr(node, f.name)
-            if isinstance(value, Node):
-                new: Any = self.fixpoint(value, reads)
-            elif isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
-                new = tuple(self.fixpoint(v, reads) for v in value)
-            else:
-                continue
-            if new != value:
-                changes[f.name] = new
-        return replace(node, **changes) if changes else node
+
+        def step(child: Node) -> Node:
+            new = self.fixpoint(child, reads)
+            return child if new == child else new  # an equal plan keeps its origins
+
+        return node.map_inputs(step)
 
     def fixpoint(self, node: Node, read_as_window: bool) -> Node:
         """Children first, then the first rule that applies here, until none does."""
@@ -411,14 +404,7 @@ def _substitute(node: Node, done: dict[Node, Node]) -> Node:
     found = done.get(node)
     if found is not None:
         return found
-    changes: dict[str, Any] = {}
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if isinstance(value, Node):
-            changes[f.name] = _substitute(value, done)
-        elif isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
-            changes[f.name] = tuple(_substitute(v, done) for v in value)
-    return replace(node, **changes) if changes else node
+    return node.map_inputs(lambda child: _substitute(child, done))
 
 
 def rewrite_streams(

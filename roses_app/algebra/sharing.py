@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass
 
 from roses_app.algebra.plan import Filter, Map, Node, Source, Stream, Union
 
@@ -65,14 +64,7 @@ def _substitute(node: Node, views: dict[Node, str]) -> Node:
     name = views.get(node)
     if name is not None:
         return Source(name, origin=node.origin)
-    changes: dict[str, Any] = {}
-    for f in fields(node):
-        value = getattr(node, f.name)
-        if isinstance(value, Node):
-            changes[f.name] = _substitute(value, views)
-        elif isinstance(value, tuple) and value and all(isinstance(v, Node) for v in value):
-            changes[f.name] = tuple(_substitute(v, views) for v in value)
-    return replace(node, **changes) if changes else node
+    return node.map_inputs(lambda child: _substitute(child, views))
 
 
 def share(streams: Sequence[Stream]) -> SharedPlan:
