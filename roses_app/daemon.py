@@ -34,9 +34,7 @@ STATELESS = (Source, Filter, Map, Union, Split)
 def needs_time(streams: list[Stream]) -> bool:
     """True when some stream has an operator that time alone can make emit (windows,
     joins, aggregates...): only then are heartbeats worth writing."""
-    return any(
-        not isinstance(node, STATELESS) for stream in streams for node in stream.plan.walk()
-    )
+    return any(not isinstance(node, STATELESS) for stream in streams for node in stream.plan.walk())
 
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:

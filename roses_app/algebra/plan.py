@@ -31,7 +31,15 @@ class Node:
     origin: Origin = field(default=Origin(), compare=False, repr=False, kw_only=True)
 
     def children(self) -> tuple[Node, ...]:
-        return ()
+        """The inputs: the fields holding a node or a tuple of nodes, in field order."""
+        out: list[Node] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Node):
+                out.append(value)
+            elif isinstance(value, tuple):
+                out.extend(v for v in value if isinstance(v, Node))
+        return tuple(out)
 
     def walk(self) -> Iterator[Node]:
         yield self
@@ -71,9 +79,6 @@ class Filter(Node):
     input: Node
     where: str
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
 class XQuery:
@@ -110,18 +115,12 @@ class Map(Node):
         if bool(self.xpath) == (self.xquery is not None):
             raise ValueError("Map needs exactly one of xpath or xquery")
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
 class Union(Node):
     """∪: every event of every input, ordered by timestamp."""
 
     inputs: tuple[Node, ...]
-
-    def children(self) -> tuple[Node, ...]:
-        return self.inputs
 
 
 @dataclass(frozen=True)
@@ -133,9 +132,6 @@ class Split(Node):
 
     input: Node
     by: str
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
 
 
 @dataclass(frozen=True)
@@ -157,14 +153,6 @@ class TimeWindow:
         """Refreshed at every instant: only a width (and a delay) matter."""
         return self.period is None
 
-    def __str__(self) -> str:
-        text = f"ω_time w={self.width}"
-        if self.delay:
-            text += f" d={self.delay}"
-        if self.period is not None:
-            text += f" f={self.period} t0={self.start}"
-        return text
-
 
 @dataclass(frozen=True)
 class CountWindow:
@@ -175,9 +163,6 @@ class CountWindow:
     def __post_init__(self) -> None:
         if self.size <= 0:
             raise ValueError("a count window needs N > 0")
-
-    def __str__(self) -> str:
-        return f"ω_count N={self.size}"
 
 
 WindowSpec = TimeWindow | CountWindow
@@ -191,9 +176,6 @@ class Window(Node):
 
     input: Node
     spec: WindowSpec
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
 
 
 JOIN_KINDS = ("inner", "left", "full", "product")
@@ -217,9 +199,6 @@ class Join(Node):
         if self.kind not in JOIN_KINDS:
             raise ValueError(f"unknown join kind {self.kind!r}")
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
-
 
 @dataclass(frozen=True)
 class Semijoin(Node):
@@ -230,9 +209,6 @@ class Semijoin(Node):
     right: Node
     on: str
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
-
 
 @dataclass(frozen=True)
 class Diff(Node):
@@ -242,9 +218,6 @@ class Diff(Node):
     left: Node
     right: Node
     on: str
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.left, self.right)
 
 
 @dataclass(frozen=True)
@@ -259,9 +232,6 @@ class Delta(Node):
         if self.kind not in ("insert", "delete"):
             raise ValueError(f"unknown delta kind {self.kind!r}")
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
 class Aggregate(Node):
@@ -273,9 +243,6 @@ class Aggregate(Node):
     # The stream the results are published in: part of their guid.
     stream: str = ""
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
 class GroupBy(Node):
@@ -285,9 +252,6 @@ class GroupBy(Node):
     by: str
     reduce: XQuery
     stream: str = ""
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
 
 
 @dataclass(frozen=True)
@@ -300,9 +264,6 @@ class WindowedGrouping(Node):
     size: int
     reduce: XQuery
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
 class Nest(Node):
@@ -310,18 +271,12 @@ class Nest(Node):
 
     input: Node
 
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
-
 
 @dataclass(frozen=True)
 class Unnest(Node):
     """Unnest: each ``item`` element nested in an input item becomes an event."""
 
     input: Node
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.input,)
 
 
 NODE_TYPES: tuple[type[Node], ...] = (

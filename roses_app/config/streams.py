@@ -300,8 +300,7 @@ def xquery_argument(
         got = describe(value) if not isinstance(value.value, str) else "empty text"
         ctx.problem(
             value.line,
-            f"{field} must be an XQuery file (e.g. xquery/tag-topics.xq) or XQuery text, "
-            f"got {got}",
+            f"{field} must be an XQuery file (e.g. xquery/tag-topics.xq) or XQuery text, got {got}",
         )
         return None
     text = value.value

@@ -37,6 +37,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
+from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import Aggregate, GroupBy, Nest, Node, TimeWindow, Window, XQuery
 from roses_app.errors import QueryError
 from roses_app.spark import udfs
@@ -80,7 +81,7 @@ PER_TIMESTAMP = Buckets(duration=1, slide=1, offset=0, width=1, per_timestamp=Tr
 def periodic_buckets(spec: TimeWindow) -> Buckets:
     """The buckets of a periodic time window (see the module doc)."""
     if spec.period is None:
-        raise ValueError(f"{spec} has no period: it is not bucketed")
+        raise ValueError(f"{describe_window(spec)} has no period: it is not bucketed")
     duration = max(spec.width, spec.period)
     first_end = spec.start - spec.delay + 1  # the window refreshed at t0 ends before it
     offset = (first_end - duration) % spec.period

@@ -43,6 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 from roses_app.algebra.equikeys import EquiKey, equi_key
+from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Unnest, Window, XQuery
 from roses_app.spark.lower import EVENT_COLUMNS, LowerContext, above_watermark, lower
 from roses_app.spark.udfs import ErrorHook, Namespaces
@@ -174,7 +175,8 @@ def reach_of(node: Node) -> tuple[Node, Reach]:
     spec = node.spec
     if not isinstance(spec, TimeWindow) or spec.period is not None:
         raise NotImplementedError(
-            f"a join input must be a sliding time window on Spark, not {spec} ({node.origin})"
+            f"a join input must be a sliding time window on Spark, "
+            f"not {describe_window(spec)} ({node.origin})"
         )
     return node.input, Reach(spec.width, spec.delay)
 
