@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+import seed_tables as seed
 
 from roses_app.config import load_config
 from roses_app.replay import Outputs, read_events, run_reference, run_spark
@@ -27,53 +28,21 @@ def _letters(rows: dict[int, str]) -> Table:
     return {t: ",".join(v) for t, v in rows.items()}
 
 
-# "Fenêtres time-based": ω_time,3(F) and ω_time,2,0,4,1(F) (times 1..9)
-TIME_3 = _letters({1: "abc", 2: "abcde", 3: "abcdefghi", 4: "defghijk", 5: "fghijk",
-                   6: "jklmno", 7: "lmnopqr", 8: "lmnopqr", 9: "pqr"})  # fmt: skip
-TIME_2041 = _letters({1: "abc", 2: "abc", 3: "abc", 4: "abc", 5: "jk", 6: "jk", 7: "jk",
-                      8: "jk"})  # fmt: skip
-# "Fenêtres count-based": ω_count,8(F)
-COUNT_8 = _letters({1: "abc", 2: "abcde", 3: "abcdefghi", 4: "defghijk", 5: "defghijk",
-                    6: "fghijklmno", 7: "jklmnopqr", 8: "jklmnopqr", 9: "jklmnopqr"})  # fmt: skip
-# "Delta insert" and "Delta delete" of ω_time,3(F) (times 1..11)
-DELTA_INSERT = _letters({1: "abc", 2: "de", 3: "fghi", 4: "jk", 6: "lmno", 7: "pqr"})
-DELTA_DELETE = _letters({4: "abc", 5: "de", 6: "fghi", 7: "jk", 9: "lmno", 10: "pqr"})
+def _listed(rows: dict[int, list[str]]) -> Table:
+    return {t: ",".join(v) for t, v in rows.items() if v}
 
 
-def _pairs(*pairs: str) -> str:
-    return ",".join(p.replace(".", "·") for p in pairs)
-
-
-def _product(left: str, right: str) -> str:
-    return ",".join(f"{a}·{b}" for a in left.split() for b in right.split())
-
-
-# "Produit cartésien" and the three "Jointure" tables
-PRODUCT = {
-    1: _product("a1 b1 c1", "a2 b2 c2"),
-    2: "d1,e1",
-    3: _product("f1 g1 h1 i1", "d2 e2 f2 g2"),
-    4: "h2,i2",
-    5: _product("j1 k1 l1", "j2 k2 l2"),
-}
-INNER = {
-    1: _pairs("a1.c2", "b1.a2", "b1.b2", "c1.a2"),
-    3: _pairs("g1.d2", "g1.e2", "g1.f2", "h1.d2", "i1.f2"),
-    5: _pairs("j1.j2", "j1.k2", "l1.k2"),
-}
-LEFT_OUTER = {
-    1: INNER[1],
-    2: "d1,e1",
-    3: "f1," + INNER[3],
-    5: _pairs("j1.j2", "j1.k2", "k1", "l1.k2"),
-}
-FULL_OUTER = {
-    1: INNER[1],
-    2: "d1,e1",
-    3: "f1," + INNER[3] + ",g2",
-    4: "h2,i2",
-    5: _pairs("j1.j2", "j1.k2", "k1", "l1.k2", "l2"),
-}
+# "Fenêtres time-based" and "count-based"; "Delta insert" and "Delta delete"
+TIME_3 = _letters(seed.TIME_3)
+TIME_2041 = _letters(seed.TIME_2_0_4_1)
+COUNT_8 = _letters(seed.COUNT_8)
+DELTA_INSERT = _letters(seed.DELTA_INSERT)
+DELTA_DELETE = _letters(seed.DELTA_DELETE)
+# "Produit cartésien" and the three "Jointure" tables (times with items)
+PRODUCT = _listed(seed.PRODUCT)
+INNER = _listed(seed.INNER)
+LEFT_OUTER = _listed(seed.LEFT_OUTER)
+FULL_OUTER = _listed(seed.FULL_OUTER)
 # "Agrégation": one item per time (the reducer joins the titles: j = a1+b1+c1, ...)
 AGGREGATION = {1: "a1+b1+c1", 2: "d1+e1", 3: "f1+g1+h1+i1"}
 # "Group by": one item per time and group

@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import seed_tables as seed
 
 from roses_app.algebra.nested import join_row
 
-F1 = {
-    1: ["a1", "b1", "c1"],
-    2: ["d1", "e1"],
-    3: ["f1", "g1", "h1", "i1"],
-    4: [],
-    5: ["j1", "k1", "l1"],
-}
-F2 = {
-    1: ["a2", "b2", "c2"],
-    2: [],
-    3: ["d2", "e2", "f2", "g2"],
-    4: ["h2", "i2"],
-    5: ["j2", "k2", "l2"],
-}
-# pred(i1, i2) as the inner join table shows it
-MATCHES = {
-    ("a1", "c2"), ("b1", "a2"), ("b1", "b2"), ("c1", "a2"),
-    ("g1", "d2"), ("g1", "e2"), ("g1", "f2"), ("h1", "d2"), ("i1", "f2"),
-    ("j1", "j2"), ("j1", "k2"), ("l1", "k2"),
-}  # fmt: skip
+F1, F2, MATCHES = seed.F1, seed.F2, seed.MATCHES
 
 
 def pred(i1: str, i2: str) -> bool:
@@ -41,42 +23,19 @@ def run(kind: str) -> dict[int, list[str]]:
 
 
 def test_product_table() -> None:
-    got = run("product")
-    assert got[1] == [f"{a}·{b}" for a in F1[1] for b in F2[1]]
-    assert got[2] == ["d1", "e1"]  # F2(2) is empty: d1·λ = d1
-    assert got[3] == [f"{a}·{b}" for a in F1[3] for b in F2[3]]
-    assert got[4] == ["h2", "i2"]
-    assert got[5] == [f"{a}·{b}" for a in F1[5] for b in F2[5]]
+    assert run("product") == seed.PRODUCT  # an empty side is λ: d1·λ = d1
 
 
 def test_inner_join_table() -> None:
-    assert run("inner") == {
-        1: ["a1·c2", "b1·a2", "b1·b2", "c1·a2"],
-        2: [],
-        3: ["g1·d2", "g1·e2", "g1·f2", "h1·d2", "i1·f2"],
-        4: [],
-        5: ["j1·j2", "j1·k2", "l1·k2"],
-    }
+    assert run("inner") == seed.INNER
 
 
 def test_left_outer_join_table() -> None:
-    assert run("left") == {
-        1: ["a1·c2", "b1·a2", "b1·b2", "c1·a2"],
-        2: ["d1", "e1"],
-        3: ["f1", "g1·d2", "g1·e2", "g1·f2", "h1·d2", "i1·f2"],
-        4: [],
-        5: ["j1·j2", "j1·k2", "k1", "l1·k2"],
-    }
+    assert run("left") == seed.LEFT_OUTER
 
 
 def test_full_outer_join_table() -> None:
-    assert run("full") == {
-        1: ["a1·c2", "b1·a2", "b1·b2", "c1·a2"],
-        2: ["d1", "e1"],
-        3: ["f1", "g1·d2", "g1·e2", "g1·f2", "h1·d2", "i1·f2", "g2"],
-        4: ["h2", "i2"],
-        5: ["j1·j2", "j1·k2", "k1", "l1·k2", "l2"],
-    }
+    assert run("full") == seed.FULL_OUTER
 
 
 def test_inner_join_is_a_selection_of_the_product() -> None:

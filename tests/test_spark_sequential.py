@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import seed_tables as seed
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -51,33 +52,12 @@ FIXTURE = Path(__file__).resolve().parent / "data" / "replay" / "seq_windows"
 
 # -- the seed's tables, at the times of the fixture (heartbeats at 5, 8, 9 and 10) -----
 
-TIME_3 = {
-    1: "abc",
-    2: "abcde",
-    3: "abcdefghi",
-    4: "defghijk",
-    5: "fghijk",
-    6: "jklmno",
-    7: "lmnopqr",
-    8: "lmnopqr",
-    9: "pqr",
-}
-TIME_2_0_4_1 = {t: "abc" for t in range(1, 5)} | {t: "jk" for t in range(5, 9)}
-COUNT_8 = {
-    1: "abc",
-    2: "abcde",
-    3: "abcdefghi",
-    4: "defghijk",
-    5: "defghijk",
-    6: "fghijklmno",
-    7: "jklmnopqr",
-    8: "jklmnopqr",
-    9: "jklmnopqr",
-    10: "jklmnopqr",
-}
-INSERTED = {1: "abc", 2: "de", 3: "fghi", 4: "jk", 6: "lmno", 7: "pqr"}
-DELETED = {4: "abc", 5: "de", 6: "fghi", 7: "jk", 9: "lmno", 10: "pqr"}
-PARITY = ["1", "2", "1|3", "2|4", "1|3|5", "2|4|6", "3|5|7", "4|6|8"]
+TIME_3 = seed.TIME_3
+TIME_2_0_4_1 = seed.TIME_2_0_4_1
+COUNT_8 = {**seed.COUNT_8, 10: "jklmnopqr"}  # the fixture has a heartbeat at 10 too
+INSERTED = seed.DELTA_INSERT
+DELETED = seed.DELTA_DELETE
+PARITY = seed.FLAMESTREAM
 
 TITLE = re.compile(r"<title>(.*?)</title>")
 

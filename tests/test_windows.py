@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import pytest
+import seed_tables as seed
 
 from roses_app.algebra.windows import count_window, time_window, window_events
 
@@ -17,42 +18,16 @@ class Ev:
     name: str
 
 
-# F of the seed's window tables: 1: a,b,c  2: d,e  3: f,g,h,i  4: j,k  6: l,m,n,o  7: p,q,r
-F = [
-    Ev(ts, name)
-    for ts, names in ((1, "abc"), (2, "de"), (3, "fghi"), (4, "jk"), (6, "lmno"), (7, "pqr"))
-    for name in names
-]
+F = [Ev(ts, name) for ts, names in seed.F.items() for name in names]
 
 
 def names(events: list[Ev]) -> str:
     return "".join(e.name for e in events)
 
 
-# ω_time,3(F): "Fenêtres time-based", rows 1..7
-TIME_3 = {
-    1: "abc",
-    2: "abcde",
-    3: "abcdefghi",
-    4: "defghijk",
-    5: "fghijk",
-    6: "jklmno",
-    7: "lmnopqr",
-}
-# ω_time,2,0,4,1(F): w=2, d=0, f=4, t0=1, rows 1..9
-TIME_2_0_4_1 = {1: "abc", 2: "abc", 3: "abc", 4: "abc", 5: "jk", 6: "jk", 7: "jk", 8: "jk", 9: ""}
-# ω_count,8(F): "Fenêtres count-based", rows 1..9
-COUNT_8 = {
-    1: "abc",
-    2: "abcde",
-    3: "abcdefghi",
-    4: "defghijk",
-    5: "defghijk",
-    6: "fghijklmno",
-    7: "jklmnopqr",
-    8: "jklmnopqr",
-    9: "jklmnopqr",
-}
+TIME_3 = seed.TIME_3
+TIME_2_0_4_1 = {**seed.TIME_2_0_4_1, 9: ""}  # the seed's row 9 is empty
+COUNT_8 = seed.COUNT_8
 
 
 @pytest.mark.parametrize(("t", "expected"), sorted(TIME_3.items()))
