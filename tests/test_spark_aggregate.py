@@ -1,10 +1,9 @@
 """α (Aggregate), γ (GroupBy) and Nest on Spark (roses_app/spark/aggregate.py).
 
-The replay fixtures tests/data/replay/agg_* run once each through Spark; the output
-must equal the reference evaluator's and the expected files, and every reduced item
-must carry its window's guid and bounds.  The bucket arithmetic (the seed's inclusive
-windows on Spark's half-open, aligned ones) is checked against the reference on
-random windows without Spark.
+The replay fixtures tests/data/replay/agg_* run through both engines in
+tests/test_replay.py; here every reduced item must carry its window's guid and
+bounds.  The bucket arithmetic (the seed's inclusive windows on Spark's half-open,
+aligned ones) is checked against the reference on random windows without Spark.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from roses_app.algebra.reference import RefEvent
 from roses_app.algebra.reference_time import _window_groups
 from roses_app.config import load_config
 from roses_app.items import iso8601
-from roses_app.replay import Outputs, read_events, run_reference, run_spark, write_outputs
+from roses_app.replay import read_events, run_reference
 from roses_app.spark.aggregate import Buckets, periodic_buckets, periodic_input, reduce_groups
 from roses_app.xmlfn.stamp import ROSES_NS, window_guid
 from roses_app.xmlfn.xpath import parse
@@ -40,40 +39,6 @@ from roses_app.xmlfn.xpath import parse
 DATA = Path(__file__).resolve().parent / "data"
 FIXTURES = sorted(p for p in (DATA / "replay").glob("agg_*") if (p / "events.jsonl").exists())
 WINDOW = f"{{{ROSES_NS}}}window"
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.jsonl"))}
-
-
-@pytest.fixture(scope="module")
-def spark_runs(spark: object) -> dict[str, Outputs]:
-    """Spark's outputs per fixture, filled on first use: each run costs seconds."""
-    return {}
-
-
-def spark_outputs(runs: dict[str, Outputs], fixture: Path) -> Outputs:
-    if fixture.name not in runs:
-        runs[fixture.name] = run_spark(
-            load_config(fixture / "feeds.yaml"), read_events(fixture / "events.jsonl")
-        )
-    return runs[fixture.name]
-
-
-# -- the fixtures through both engines -------------------------------------------------
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
-def test_spark_equals_reference_equals_expected(
-    fixture: Path, spark_runs: dict[str, Outputs], tmp_path: Path
-) -> None:
-    config = load_config(fixture / "feeds.yaml")
-    reference = run_reference(config, read_events(fixture / "events.jsonl"))
-    outputs = spark_outputs(spark_runs, fixture)
-    assert outputs == reference
-    write_outputs(outputs, tmp_path, iso_times=False)
-    assert tree(tmp_path) == tree(fixture / "expected")
 
 
 def _spec(plan: Node) -> TimeWindow | None:
@@ -93,11 +58,11 @@ def expected_bounds(ts: int, spec: TimeWindow | None) -> tuple[int, int]:
     return ts - spec.width + 1, ts
 
 
-@pytest.mark.spark
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
-def test_reduced_items_carry_their_window(fixture: Path, spark_runs: dict[str, Outputs]) -> None:
+def test_reduced_items_carry_their_window(fixture: Path) -> None:
+    # On the reference's events: tests/test_replay.py shows Spark's are the same.
     config = load_config(fixture / "feeds.yaml")
-    for stream, parts in spark_outputs(spark_runs, fixture).items():
+    for stream, parts in run_reference(config, read_events(fixture / "events.jsonl")).items():
         plan = config.streams[stream].plan
         if isinstance(plan, Nest):
             continue

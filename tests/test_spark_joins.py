@@ -1,7 +1,7 @@
 """Joins, semijoin, diff and unnest on Spark (roses_app.spark.joins).
 
-* The join_* replay fixtures: Spark's events are the reference evaluator's, and both
-  are the expected files (checked by hand against the seed's tables and windows).
+* The join_* replay fixtures (expected files checked by hand against the seed's tables
+  and windows) run through both engines in tests/test_replay.py.
 * Equi-join keys (roses_app.algebra.equikeys): which predicates give one, and that
   pairing by key changes no result of the reference evaluator.
 * Join state is bounded: Spark drops it once the watermark has passed.
@@ -21,44 +21,12 @@ from roses_app.algebra.equikeys import EquiKey, equi_key, keyed_pairs
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, Source, TimeWindow, Window
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate
 from roses_app.config import load_config
-from roses_app.replay import EventList, read_events, run_reference, run_spark, write_outputs
+from roses_app.replay import EventList, run_reference
 from roses_app.spool import write_events
 from roses_app.xmlfn.keys import key_strings_batch
 
 if TYPE_CHECKING:
     from roses_app.spark.runner import BatchSink
-
-DATA = Path(__file__).resolve().parent / "data"
-FIXTURES = sorted(p for p in (DATA / "replay").glob("join_*") if (p / "events.jsonl").exists())
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.jsonl"))}
-
-
-# -- the fixtures --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
-def test_reference_gives_the_expected_events(fixture: Path, tmp_path: Path) -> None:
-    config = load_config(fixture / "feeds.yaml")
-    events = read_events(fixture / "events.jsonl")
-    write_outputs(run_reference(config, events), tmp_path, events.iso_times)
-    assert tree(tmp_path) == tree(fixture / "expected")
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("fixture", FIXTURES, ids=[p.name for p in FIXTURES])
-def test_spark_gives_the_reference_events(fixture: Path, tmp_path: Path, spark: object) -> None:
-    config = load_config(fixture / "feeds.yaml")
-    events = read_events(fixture / "events.jsonl")
-    outputs = run_spark(config, events)
-    assert outputs == run_reference(config, events)  # the same (ts, seq, item), in order
-    write_outputs(outputs, tmp_path, events.iso_times)
-    assert tree(tmp_path) == tree(fixture / "expected")
-
-
-# -- equi-join keys ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
