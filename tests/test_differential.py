@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import event_lists, stream_plans, time_plans
 
+from roses_app.algebra.plan import Node
 from roses_app.algebra.reference import RefInput
 from roses_app.config.model import Config, Settings, SparkSettings, StreamConfig
 from roses_app.replay import EventList, run_reference, run_spark
@@ -20,13 +21,8 @@ from roses_app.replay import EventList, run_reference, run_spark
 pytestmark = pytest.mark.spark
 
 
-@settings(
-    max_examples=6,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(events=event_lists(max_size=40), plans=st.lists(stream_plans(), min_size=3, max_size=3))
-def test_spark_equals_reference(events, plans, spark, tmp_path: Path) -> None:
+def assert_engines_agree(plans: list[Node], events: list[RefInput], tmp_path: Path) -> None:
+    """The plans as streams s0, s1...: Spark's events are the reference's."""
     streams = {f"s{n}": StreamConfig(f"s{n}", plan, None) for n, plan in enumerate(plans)}
     config = Config(
         tmp_path / "feeds.yaml",
@@ -43,6 +39,16 @@ def test_spark_equals_reference(events, plans, spark, tmp_path: Path) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@given(events=event_lists(max_size=40), plans=st.lists(stream_plans(), min_size=3, max_size=3))
+def test_spark_equals_reference(events, plans, spark, tmp_path: Path) -> None:
+    assert_engines_agree(plans, events, tmp_path)
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(events=event_lists(max_size=30), plans=st.lists(time_plans(), min_size=3, max_size=3))
 def test_spark_equals_reference_with_the_operators_of_time(
     events, plans, spark, tmp_path: Path
@@ -51,12 +57,4 @@ def test_spark_equals_reference_with_the_operators_of_time(
     # ahead that every window closes and every outer row is decided.
     timed = [RefInput(e.source, e.ts + 1, e.seq, e.item) for e in events]
     timed.append(RefInput("", 10_000, len(events) + 1, None))
-    streams = {f"s{n}": StreamConfig(f"s{n}", plan, None) for n, plan in enumerate(plans)}
-    config = Config(
-        tmp_path / "feeds.yaml",
-        Settings(data_dir=tmp_path / "data", spark=SparkSettings(master="local[2]")),
-        {},
-        streams,
-    )
-    event_list = EventList(timed, iso_times=False)
-    assert run_spark(config, event_list, work_dir=tmp_path) == run_reference(config, event_list)
+    assert_engines_agree(plans, timed, tmp_path)
