@@ -14,8 +14,9 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import groupby
+from typing import Protocol, TypeVar
 
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
 from roses_app.algebra.plan import (
@@ -203,16 +204,27 @@ def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
 # -- delta -----------------------------------------------------------------------------
 
 
+class Carrier(Protocol):
+    @property
+    def item(self) -> str | None: ...
+
+
+C = TypeVar("C", bound=Carrier)
+
+
+def present(events: Iterable[C]) -> dict[str, C]:
+    """The items of one time, each with its first event (heartbeats have none).
+    Spark's Delta operator uses it too."""
+    found: dict[str, C] = {}
+    for e in events:
+        if e.item is not None:
+            found.setdefault(e.item, e)
+    return found
+
+
 def _rows(events: Sequence[RefEvent]) -> list[tuple[int, dict[str, RefEvent]]]:
-    """Nest at each input timestamp: the items present (first event of each item)."""
-    rows = []
-    for t, group in groupby(events, key=lambda e: e.ts):
-        present: dict[str, RefEvent] = {}
-        for e in group:
-            if e.item is not None:
-                present.setdefault(e.item, e)
-        rows.append((t, present))
-    return rows
+    """Nest at each input timestamp: the items present."""
+    return [(t, present(group)) for t, group in groupby(events, key=lambda e: e.ts)]
 
 
 @_evaluate.register

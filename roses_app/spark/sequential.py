@@ -31,7 +31,7 @@ watermark's late-row filter would drop a replay's tick 0 in the first batch.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, NamedTuple, Protocol
@@ -52,6 +52,7 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
+from roses_app.algebra.reference_time import present
 from roses_app.algebra.windows import count_window, time_window
 from roses_app.spark import udfs
 from roses_app.spark.lower import LowerContext, Namespaces, heartbeat, lower
@@ -156,15 +157,6 @@ class WindowOperator:
 
 
 # -- Delta -----------------------------------------------------------------------------
-
-
-def present(items: Iterable[Event]) -> dict[str, Event]:
-    """The items of one time, each with its first event (items are sorted)."""
-    found: dict[str, Event] = {}
-    for e in items:
-        if e.item is not None:
-            found.setdefault(e.item, e)
-    return found
 
 
 @dataclass(frozen=True)
