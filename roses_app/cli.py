@@ -136,6 +136,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         Daemon(config).run(stop)
+    except KeyboardInterrupt:
+        # Starting Spark replaces our SIGINT handler with pyspark's, which raises this;
+        # Daemon.run has shut everything down (its finally) before it reaches here.
+        log.info("interrupted: stopped")
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise

@@ -237,7 +237,8 @@ class Daemon:
             }.items()
         }
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
-        ok = len(queries) == len(self.config.streams) and all(q["active"] for q in queries.values())
+        # (queries also holds the views that streams share)
+        ok = set(self.config.streams) <= set(queries) and all(q["active"] for q in queries.values())
         with self._lock:
             counters = dict(self.counters)
         return {

@@ -61,3 +61,18 @@ def test_heartbeats_only_when_time_matters_and_nothing_arrived(tmp_path: Path) -
     daemon._heartbeat()
     assert [e.item is None for e in daemon.spool.events()] == [False, True]
     daemon.close()
+
+
+def test_healthy_when_every_stream_and_shared_view_runs(tmp_path: Path) -> None:
+    daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
+
+    def running(name: str, active: bool) -> RunningQuery:
+        return RunningQuery(name, name, FakeQuery(active), lambda: FakeQuery(True))  # type: ignore[arg-type]
+
+    daemon.queries = [running("view-0123456789abcdef", True), running("hourly", True)]
+    assert daemon.health()["ok"]
+    daemon.queries = [running("view-0123456789abcdef", False), running("hourly", True)]
+    assert not daemon.health()["ok"]
+    daemon.queries = [running("view-0123456789abcdef", True)]
+    assert not daemon.health()["ok"]  # the stream's query is not there yet
+    daemon.close()
