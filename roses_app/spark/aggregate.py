@@ -41,7 +41,7 @@ from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import Aggregate, GroupBy, Nest, Node, TimeWindow, Window, XQuery
 from roses_app.errors import QueryError
 from roses_app.spark import udfs
-from roses_app.spark.lower import EVENT_COLUMNS, LowerContext, Namespaces, lower
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower, register
 
 # Spark's mark of a column with a watermark (the field metadata of ``time``).
 WATERMARK_METADATA = "spark.watermarkDelayMs"
@@ -169,7 +169,7 @@ def _finish(groups: DataFrame, item: Column) -> DataFrame:
     return out.where(F.col("item").isNotNull()).select(*EVENT_COLUMNS)
 
 
-@lower.register
+@register
 def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)
@@ -177,7 +177,7 @@ def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
     return _finish(groups, reduce("items", "start", "ts", "key"))
 
 
-@lower.register
+@register
 def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
     frame, buckets = grouped_input(node, ctx)
     split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
@@ -186,7 +186,7 @@ def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
     return _finish(groups, reduce("items", "start", "ts", "key"))
 
 
-@lower.register
+@register
 def _nest(node: Nest, ctx: LowerContext) -> DataFrame:
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)

@@ -45,7 +45,7 @@ from pyspark.sql.functions import pandas_udf
 from roses_app.algebra.equikeys import EquiKey, equi_key
 from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Unnest, Window, XQuery
-from roses_app.spark.lower import EVENT_COLUMNS, LowerContext, above_watermark, lower
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, above_watermark, lower, register
 from roses_app.spark.udfs import ErrorHook, Namespaces
 
 TRUE = "true()"
@@ -419,7 +419,7 @@ def _composed(pairs: DataFrame, node: Join, ctx: LowerContext) -> DataFrame:
     )
 
 
-@lower.register
+@register
 def _join(node: Join, ctx: LowerContext) -> DataFrame:
     s = sides(node, ctx)
     gaps = (by_left(s.right_reach), by_right(s.left_reach))
@@ -430,19 +430,19 @@ def _join(node: Join, ctx: LowerContext) -> DataFrame:
     return events(kept, F.col("p_ts"), F.col("p_seq"), F.col("p_item"), s.metadata)
 
 
-@lower.register
+@register
 def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
     s = sides(node, ctx)
     return with_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))
 
 
-@lower.register
+@register
 def _diff(node: Diff, ctx: LowerContext) -> DataFrame:
     s = sides(node, ctx)
     return without_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))
 
 
-@lower.register
+@register
 def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
     upstream = lower(node.input, ctx)
     nested = unnest_udf(ctx.on_error(node))

@@ -55,7 +55,7 @@ from roses_app.algebra.plan import (
 from roses_app.algebra.reference_time import present
 from roses_app.algebra.windows import count_window, time_window
 from roses_app.spark import udfs
-from roses_app.spark.lower import LowerContext, Namespaces, heartbeat, lower
+from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower, register
 
 KEY = "seq_key"
 KEPT_DDL = "stage INT, ts BIGINT, seq BIGINT, item STRING"
@@ -352,8 +352,8 @@ def chain(node: Window | Delta) -> tuple[Node, list[Window | Delta]]:
     return below, run[::-1]
 
 
-@lower.register(Window)
-@lower.register(Delta)
+@register(Window)
+@register(Delta)
 def _window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
     below, run = chain(node)
     # a late row is dropped where the chain reads its input: the lowest node's step
@@ -361,7 +361,7 @@ def _window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
     return sequential(lower(below, ctx), F.lit(0), processor)
 
 
-@lower.register
+@register
 def _windowed_grouping(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
     hook = ctx.on_error(node)
     split = udfs.splitter_udf(node.by, ctx.namespaces, hook)

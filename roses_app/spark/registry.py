@@ -1,0 +1,91 @@
+"""The lowering dispatcher and what every handler shares.
+
+A lowered node is a streaming DataFrame with the columns ``ts, seq, item, time``
+(``time``: ``ts`` as a timestamp, the event-time column the watermark is defined on);
+a split adds ``part``.  Rows with a null item are heartbeats: time passed.  Every
+stateless operator passes them on, so that windows see time go by; the output drops
+them.
+
+Handler modules (:mod:`~roses_app.spark.stateless`, :mod:`~roses_app.spark.sequential`,
+:mod:`~roses_app.spark.aggregate`, :mod:`~roses_app.spark.joins`) register on
+:func:`lower`; :mod:`roses_app.spark.lower` imports them all, so importing it gives
+the complete registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import singledispatch
+
+from pyspark import Accumulator
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from roses_app.algebra.plan import Node
+from roses_app.spark import udfs
+
+Namespaces = tuple[tuple[str, str], ...]
+OUTPUT_COLUMNS = ("stream", "part", "ts", "seq", "item")
+EVENT_COLUMNS = ("ts", "seq", "item", "time")
+
+
+@dataclass(frozen=True)
+class LowerContext:
+    """What every handler may use: the spool's event stream (with its watermark), the
+    namespaces, the allowed lateness (µs), the accumulator counting items dropped by
+    failing functions, per step, and the nodes already computed elsewhere (the fused
+    stateless stage's outputs), which are read instead of lowered."""
+
+    events: DataFrame
+    namespaces: Namespaces = ()
+    errors: Accumulator[dict[str, int]] | None = None
+    lateness: int = 0
+    computed: Mapping[Node, DataFrame] = field(default_factory=dict)
+
+    def on_error(self, node: Node) -> udfs.ErrorHook:
+        return udfs.error_hook(udfs.Step.of(node), self.errors)
+
+
+@singledispatch
+def _dispatch(node: Node, ctx: LowerContext) -> DataFrame:
+    raise NotImplementedError(f"no Spark lowering for {type(node).__name__} ({node.origin})")
+
+
+def lower(node: Node, ctx: LowerContext) -> DataFrame:
+    """``node`` as a streaming DataFrame of events: read when already computed, else
+    through its type's handler."""
+    done = ctx.computed.get(node)
+    if done is not None:
+        return done
+    return _dispatch(node, ctx)
+
+
+register = _dispatch.register
+
+
+def handler_of(node_type: type) -> object:
+    return _dispatch.dispatch(node_type)
+
+
+def has_handler(node_type: type) -> bool:
+    return _dispatch.dispatch(node_type) is not _dispatch.dispatch(object)
+
+
+def with_watermark(events: DataFrame, lateness: int) -> DataFrame:
+    """Events with the event-time column and the watermark on it."""
+    timed = events.withColumn("time", F.timestamp_micros(F.col("ts")))
+    return timed.withWatermark("time", f"{lateness} microseconds")
+
+
+def heartbeat() -> Column:
+    """True on heartbeat rows (a Column needs a running session: built on use)."""
+    return F.col("item").isNull()
+
+
+def above_watermark(condition: Column) -> Column:
+    """``condition``, kept above the watermark: time is global, so every source's
+    events move it, as in the reference evaluator.  Spark pushes a filter below the
+    watermark unless it refers to the event-time column; ``time`` is never null, so
+    the extra term changes nothing else."""
+    return condition | F.col("time").isNull()

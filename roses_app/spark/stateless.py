@@ -1,0 +1,71 @@
+"""Lowering of the stateless operators one node at a time: Source, Filter, Map, Union,
+Split.  The multi-query engine computes the stateless part of the plan in one fused
+stage instead (:mod:`roses_app.spark.fused`); these handlers lower the stateless
+nodes above stateful ones (a filter over an aggregate, say)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from roses_app.algebra.plan import Filter, Map, Source, Split, Union
+from roses_app.spark import udfs
+from roses_app.spark.registry import (
+    EVENT_COLUMNS,
+    LowerContext,
+    above_watermark,
+    heartbeat,
+    lower,
+    register,
+)
+
+
+@register
+def _source(node: Source, ctx: LowerContext) -> DataFrame:
+    # Heartbeats belong to every source: time passes for all of them.
+    mine = (F.col("source") == F.lit(node.name)) | heartbeat()
+    return ctx.events.where(above_watermark(mine)).select(*EVENT_COLUMNS)
+
+
+@register
+def _filter(node: Filter, ctx: LowerContext) -> DataFrame:
+    upstream = lower(node.input, ctx)
+    observe = udfs.observer_udf(node.where, ctx.namespaces, ctx.on_error(node))
+    return upstream.where(heartbeat() | observe(F.col("item")))
+
+
+@register
+def _map(node: Map, ctx: LowerContext) -> DataFrame:
+    upstream = lower(node.input, ctx)
+    hook = ctx.on_error(node)
+    function = (
+        udfs.mutator_udf(node.xquery, ctx.namespaces, hook)
+        if node.xquery is not None
+        else udfs.accessor_udf(node.xpath, ctx.namespaces, hook)
+    )
+    mapped = upstream.withColumn("mapped", function(F.col("item")))
+    # an empty result is λ: dropped (a heartbeat stays one)
+    kept = mapped.where(heartbeat() | F.col("mapped").isNotNull())
+    return kept.withColumn("item", F.col("mapped")).drop("mapped")
+
+
+@register
+def _union(node: Union, ctx: LowerContext) -> DataFrame:
+    sources = [child.name for child in node.inputs if isinstance(child, Source)]
+    if len(sources) == len(node.inputs) and not any(c in ctx.computed for c in node.inputs):
+        # A union of plain sources reads the spool once instead of once per source.
+        mine = F.col("source").isin(sources) | heartbeat()
+        return ctx.events.where(above_watermark(mine)).select(*EVENT_COLUMNS)
+    frames = [lower(child, ctx) for child in node.inputs]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+@register
+def _split(node: Split, ctx: LowerContext) -> DataFrame:
+    upstream = lower(node.input, ctx)
+    split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
+    named = upstream.withColumn("part", split(F.col("item")))
+    return named.where(F.col("part").isNotNull())
