@@ -22,7 +22,7 @@ from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
 from roses_app.publish.server import HttpServer, create_app
 from roses_app.spool import Spool
-from roses_app.store import OutRow, Store
+from roses_app.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,27 @@ def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | N
     if all(published is not None for _, published in ordered):
         ordered.sort(key=lambda pair: pair[1] or 0)  # stable: ties keep document order
     return ordered
+
+
+class _StoreSink:
+    """The engine's sink: the daemon's store, with the daemon's counters."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        store = daemon.store
+        self.position = store.position
+        self.versions = store.versions
+        self.set_versions = store.set_versions
+        self.restart_stream = store.restart_stream
+
+    def write_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        rows: list[tuple[str, str, int, int, str]],
+        position: int | None = None,
+    ) -> bool:
+        return self.daemon.write_batch(query_id, batch_id, rows, position)
 
 
 class Daemon:
@@ -90,10 +111,14 @@ class Daemon:
             log.info("source %s: %d new item(s) spooled", source, len(events))
 
     def write_batch(
-        self, query_id: str, batch_id: int, rows: list[tuple[str, str, int, int, str]]
-    ) -> None:
-        """Spark sink: idempotent per (query, batch id)."""
-        applied = self.store.write_batch(query_id, batch_id, [OutRow(*row) for row in rows])
+        self,
+        query_id: str,
+        batch_id: int,
+        rows: list[tuple[str, str, int, int, str]],
+        position: int | None = None,
+    ) -> bool:
+        """Spark sink: idempotent per (query, batch id), one transaction per batch."""
+        applied = self.store.write_batch(query_id, batch_id, rows, position)
         with self._lock:
             self.counters["batches_written"] += int(applied)
             self.counters["rows_written"] += len(rows) if applied else 0
@@ -104,38 +129,32 @@ class Daemon:
             len(rows),
             "" if applied else " (replayed)",
         )
-
-    def _fresh_stream(self, stream: str, query_id: str) -> None:
-        removed = self.store.restart_stream(stream, query_id)
-        if removed:
-            log.info("stream %s is new or changed: recomputing it from the spool", stream)
+        return applied
 
     def streams(self) -> list[Stream]:
         return [s.stream for s in self.config.streams.values()]
 
     def start_queries(self, once: bool) -> list[Any]:
-        """Start the queries of every stream (and of the views they share)."""
-        from roses_app.spark.runner import error_counter, start_queries
+        """Start the queries of the global plan of every stream."""
+        from roses_app.spark.runner import Engine, error_counter, start_queries
         from roses_app.spark.session import build_session
 
         settings = self.config.settings
         spark = build_session(settings.spark, settings.data_dir / "cache")
         if self.errors is None:
             self.errors = error_counter(spark)
-        return start_queries(
+        engine = Engine(
             spark,
-            self.streams(),
             settings.namespaces,
             self.spool.log_dir,
-            settings.data_dir / "checkpoints",
-            self.write_batch,
+            settings.data_dir,
+            _StoreSink(self),
             once=once,
             trigger_seconds=settings.spark.trigger_seconds,
-            on_fresh=self._fresh_stream,
             errors=self.errors,
             lateness=settings.lateness,
-            views_root=settings.data_dir / "views",
         )
+        return start_queries(engine, self.streams())
 
     # -- modes ------------------------------------------------------------------------
     def once(self, export_dir: Path | None = None) -> dict[str, int]:
@@ -198,16 +217,16 @@ class Daemon:
         for running in self.queries:
             if running.query.isActive:
                 continue
-            delay, not_before = self._restarts.get(running.stream, (0.0, 0.0))
+            delay, not_before = self._restarts.get(running.name, (0.0, 0.0))
             if now < not_before:
                 continue
             delay = min(MAX_RESTART_DELAY, max(1.0, delay * 2))
-            self._restarts[running.stream] = (delay, now + delay)
+            self._restarts[running.name] = (delay, now + delay)
             with self._lock:
                 self.counters["query_restarts"] += 1
             log.error(
-                "stream %s stopped (%s); restarting it from its checkpoint (next retry in %.0fs)",
-                running.stream,
+                "query %s stopped (%s); restarting it from its checkpoint (next retry in %.0fs)",
+                running.name,
                 running.query.exception(),
                 delay,
             )
@@ -220,9 +239,20 @@ class Daemon:
             self.spool.heartbeat()
 
     def health(self) -> dict[str, Any]:
+        """Status for /healthz: a few py4j calls per query, not per stream."""
         queries = {
-            r.stream: {"active": r.query.isActive, "status": r.query.status.get("message")}
+            r.name: {
+                "active": r.query.isActive,
+                "status": r.query.status.get("message"),
+                "streams": len(r.streams),
+            }
             for r in self.queries
+        }
+        active = {name for r in self.queries if r.query.isActive for name in r.streams}
+        published = set(self.store.streams())
+        streams = {
+            name: {"running": name in active, "published": name in published}
+            for name in self.config.streams
         }
         sources = {
             name: {
@@ -237,14 +267,14 @@ class Daemon:
             }.items()
         }
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
-        # (queries also holds the views that streams share)
-        ok = set(self.config.streams) <= set(queries) and all(q["active"] for q in queries.values())
+        ok = all(s["running"] for s in streams.values())
         with self._lock:
             counters = dict(self.counters)
         return {
             "ok": ok,
             "uptime_seconds": round(self.clock() - self.started_at, 1),
-            "streams": queries,
+            "queries": queries,
+            "streams": streams,
             "sources": sources,
             "spool_items": self.spool.count(),
             "feeds": len(Catalog(self.config, self.store).feeds()),

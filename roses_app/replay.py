@@ -101,13 +101,53 @@ def run_reference(config: Config, events: EventList) -> Outputs:
     )
 
 
+class MemorySink:
+    """The engine's sink for a replay: every output event, kept in memory."""
+
+    def __init__(self, streams: Sequence[str]) -> None:
+        self.collected: Outputs = {name: {} for name in streams}
+        self._positions: dict[str, int] = {}
+        self._applied: set[tuple[str, int]] = set()
+
+    def write_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        rows: list[tuple[str, str, int, int, str]],
+        position: int | None = None,
+    ) -> bool:
+        if (query_id, batch_id) in self._applied:
+            return False
+        self._applied.add((query_id, batch_id))
+        for stream, part, ts, seq, item in rows:
+            self.collected[stream].setdefault(part, []).append(RefEvent(ts, seq, item))
+        if position is not None:
+            self._positions[query_id] = max(position, self._positions.get(query_id, 0))
+        return True
+
+    def position(self, query_id: str) -> int:
+        return self._positions.get(query_id, 0)
+
+    def versions(self) -> dict[str, str]:
+        return {}
+
+    def set_versions(self, versions: dict[str, str]) -> None:
+        """A replay starts from nothing: there is no published version to keep."""
+
+    def restart_stream(self, stream: str) -> int:
+        removed = sum(len(events) for events in self.collected.get(stream, {}).values())
+        self.collected[stream] = {}
+        return removed
+
+
 def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -> Outputs:
-    """Evaluate through the Spark compiler: the same queries the daemon runs."""
-    from roses_app.spark.runner import await_all, start_queries
+    """Evaluate through the Spark engine: the same queries the daemon runs."""
+    from roses_app.spark.runner import Engine, await_all, start_queries
     from roses_app.spark.session import build_session
     from roses_app.spool import write_events
 
     work = Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
+    sink = MemorySink(list(config.streams))
     try:
         log_dir = work / "spool" / "log"
         spark = build_session(config.settings.spark, config.settings.data_dir / "cache")
@@ -119,27 +159,19 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
                 log_dir / f"events-{n:012d}.jsonl",
                 [Event(e.source, e.ts, e.seq, e.item) for e in events.events[n : n + size]],
             )
-        collected: Outputs = {name: {} for name in config.streams}
-
-        def sink(_qid: str, _batch: int, rows: list[tuple[str, str, int, int, str]]) -> None:
-            for stream, part, ts, seq, item in rows:
-                collected[stream].setdefault(part, []).append(RefEvent(ts, seq, item))
-
-        streams = [stream.stream for stream in config.streams.values()]
-        queries = start_queries(
+        engine = Engine(
             spark,
-            streams,
             config.settings.namespaces,
             log_dir,
-            work / "checkpoints",
+            work,
             sink,
             once=True,
             lateness=config.settings.lateness,
-            views_root=work / "views",
         )
-        await_all(queries)
+        await_all(start_queries(engine, [stream.stream for stream in config.streams.values()]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    collected = sink.collected
     for name, stream in config.streams.items():
         if not isinstance(stream.plan, Split):
             collected[name].setdefault("", [])

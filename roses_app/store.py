@@ -36,6 +36,8 @@ from roses_app.items import content_hash, item_identity, parse_item
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+# batch ids remembered per query (Spark keeps 100 batches of metadata by default)
+KEEP_BATCHES = 100
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -60,6 +62,14 @@ CREATE TABLE IF NOT EXISTS feeds (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     PRIMARY KEY (stream, part)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS positions (
+    query_id TEXT    PRIMARY KEY,
+    seq      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS versions (
+    stream      TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     query_id   TEXT    NOT NULL,
@@ -203,9 +213,20 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"{failure} in {self.path}: {exc}") from exc
 
-    def write_batch(self, query_id: str, batch_id: int, rows: Sequence[OutRow]) -> bool:
-        """Apply one micro-batch atomically; False (and no change) if already applied."""
-        prepared = self._prepare(rows)
+    def write_batch(
+        self,
+        query_id: str,
+        batch_id: int,
+        rows: Sequence[OutRow | tuple[str, str, int, int, str]],
+        position: int | None = None,
+    ) -> bool:
+        """Apply one micro-batch atomically; False (and no change) if already applied.
+
+        ``position``: the latest spool seq the batch read, kept per query in the same
+        transaction.  Only the last batches of a query are remembered: Spark replays
+        at most the batch after its last commit, so older ids can never come again.
+        """
+        prepared = self._prepare([r if isinstance(r, OutRow) else OutRow(*r) for r in rows])
         now = self._clock()
         with self._transaction(f"cannot write batch {batch_id} of {query_id}") as conn:
             applied = conn.execute(
@@ -220,22 +241,53 @@ class Store:
                 "INSERT INTO batches(query_id, batch_id, applied_at, rows) VALUES (?, ?, ?, ?)",
                 (query_id, int(batch_id), now, len(prepared)),
             )
+            conn.execute(
+                "DELETE FROM batches WHERE query_id = ? AND batch_id < ?",
+                (query_id, int(batch_id) - KEEP_BATCHES),
+            )
+            if position is not None:
+                conn.execute(
+                    "INSERT INTO positions(query_id, seq) VALUES (?, ?) ON CONFLICT(query_id)"
+                    " DO UPDATE SET seq = max(seq, excluded.seq)",
+                    (query_id, int(position)),
+                )
         return True
 
-    def restart_stream(self, stream: str, query_id: str) -> int:
-        """Forget a stream's output when its query starts afresh (its plan changed).
+    def position(self, query_id: str) -> int:
+        """The latest spool seq whose output ``query_id`` has written (0: none)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT seq FROM positions WHERE query_id = ?", (query_id,)
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
-        The new query recomputes everything from the spool, so rows and batch ids of
-        the stream's former queries would only be stale.  Returns the rows removed.
+    def versions(self) -> dict[str, str]:
+        """stream -> the fingerprint of the plan its published output comes from."""
+        with self._read() as conn:
+            return dict(conn.execute("SELECT stream, fingerprint FROM versions").fetchall())
+
+    def set_versions(self, versions: dict[str, str]) -> None:
+        with self._transaction("cannot record stream versions") as conn:
+            conn.executemany(
+                "INSERT INTO versions(stream, fingerprint) VALUES (?, ?) ON CONFLICT(stream)"
+                " DO UPDATE SET fingerprint = excluded.fingerprint",
+                sorted(versions.items()),
+            )
+
+    def restart_stream(self, stream: str) -> int:
+        """Forget a stream's output when it is computed afresh (new or changed plan).
+
+        Returns the rows removed.
         """
         with self._transaction(f"cannot reset stream {stream}") as conn:
             removed = conn.execute("DELETE FROM entries WHERE stream = ?", (stream,)).rowcount
             conn.execute("DELETE FROM feeds WHERE stream = ?", (stream,))
-            conn.execute(
-                "DELETE FROM batches WHERE query_id = ? OR query_id GLOB ?",
-                (query_id, f"{stream}-" + "[0-9a-f]" * 16),
-            )
+            conn.execute("DELETE FROM versions WHERE stream = ?", (stream,))
         return int(removed)
+
+    def batch_count(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0])
 
     @staticmethod
     def _prepare(rows: Sequence[OutRow]) -> list[tuple[OutRow, str]]:

@@ -37,8 +37,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.explain import describe_window
-from roses_app.algebra.plan import Aggregate, GroupBy, Nest, Node, TimeWindow, Window, XQuery
+from roses_app.algebra.plan import Aggregate, GroupBy, Nest, TimeWindow, XQuery
+from roses_app.algebra.windows import BucketLayout, bucket_layout, periodic_input
 from roses_app.errors import QueryError
 from roses_app.spark import udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower, register
@@ -51,14 +51,10 @@ WATERMARK_METADATA = "spark.watermarkDelayMs"
 
 
 @dataclass(frozen=True)
-class Buckets:
-    """Spark ``window()`` arguments (µs), and what the seed's window keeps of a bucket."""
+class Buckets(BucketLayout):
+    """Spark ``window()`` arguments (µs), and what the seed's window keeps of a bucket
+    (the layout of :func:`roses_app.algebra.windows.bucket_layout`)."""
 
-    duration: int
-    slide: int
-    offset: int  # Spark's startTime, in [0, slide)
-    width: int  # the seed's window: the last ``width`` µs of each bucket
-    first_end: int | None = None  # exclusive end of the first window (None: no limit)
     # One group per input timestamp: ``ts`` is a grouping key too, since the bucket
     # is only the watermark's handle (see PER_TIMESTAMP).
     per_timestamp: bool = False
@@ -80,19 +76,8 @@ PER_TIMESTAMP = Buckets(duration=1, slide=1, offset=0, width=1, per_timestamp=Tr
 
 def periodic_buckets(spec: TimeWindow) -> Buckets:
     """The buckets of a periodic time window (see the module doc)."""
-    if spec.period is None:
-        raise ValueError(f"{describe_window(spec)} has no period: it is not bucketed")
-    duration = max(spec.width, spec.period)
-    first_end = spec.start - spec.delay + 1  # the window refreshed at t0 ends before it
-    offset = (first_end - duration) % spec.period
-    return Buckets(duration, spec.period, offset, spec.width, first_end)
-
-
-def periodic_input(node: Node) -> tuple[Node, TimeWindow] | None:
-    """(the stream below, the window) when ``node`` is a periodic time window."""
-    if isinstance(node, Window) and isinstance(node.spec, TimeWindow) and node.spec.period:
-        return node.input, node.spec
-    return None
+    layout = bucket_layout(spec)
+    return Buckets(layout.duration, layout.slide, layout.offset, layout.width, layout.first_end)
 
 
 # -- grouping --------------------------------------------------------------------------

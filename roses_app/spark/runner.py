@@ -1,91 +1,81 @@
-"""Running compiled streams as Structured Streaming queries.
+"""Running the global plan as a few Structured Streaming queries.
 
-One query per stream, each with its own checkpoint under
-``checkpoints/<stream>-<plan fingerprint>``: adding or changing a stream in
-feeds.yaml starts that stream afresh from the beginning of the spool without
-disturbing the others.  Each query reads the spool's log folder as a file stream and
-hands every micro-batch to a sink together with its batch id, so the sink can be
-idempotent.
+* The **stateless query** reads the spool once (one file stream) and runs the fused
+  stage (:mod:`roses_app.spark.fused`).  Its sink hands the stateless streams' rows
+  to the store, one transaction per micro-batch for all of them, and writes the
+  frontier rows (the inputs of stateful nodes, heartbeats, a time mark) as one
+  Parquet file per micro-batch into the *frontier log*.
+* Each **stateful generation** (:mod:`roses_app.spark.layout`) reads the frontier log
+  once (one file stream, plus its own backfill) and runs all its stateful streams in
+  one query: their branches are lowered node by node (one handler per node type) and
+  unioned into one output, written to the store once per micro-batch.
+
+Exactly once: the store records each (query, batch id) it applied, in the same
+transaction as the rows; a frontier file is named by its batch id and written
+atomically before that transaction, so a replayed micro-batch rewrites the same file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Stream
+from roses_app.algebra.program import TICK, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
-from roses_app.algebra.sharing import SharedPlan, share
 from roses_app.errors import QueryError
-from roses_app.items import Event
-from roses_app.spark.lower import (
-    OUTPUT_COLUMNS,
-    LowerContext,
-    compile_stream,
-    compile_view,
-    with_watermark,
+from roses_app.spark.frontier import FrontierLog
+from roses_app.spark.fused import fused_frame
+from roses_app.spark.layout import (
+    STATELESS_QUERY,
+    Generation,
+    Layout,
+    Ledger,
+    plan_layout,
+    remove_query,
+    save_generation,
 )
+from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
+from roses_app.spark.registry import above_watermark
 from roses_app.spark.udfs import CountsParam
-from roses_app.spool import SPARK_SCHEMA_DDL, write_events
+from roses_app.spool import SPARK_SCHEMA_DDL
 
 log = logging.getLogger(__name__)
 
 Namespaces = tuple[tuple[str, str], ...]
-BatchSink = Callable[[str, int, list[tuple[str, str, int, int, str]]], None]
+OutputRow = tuple[str, str, int, int, str]  # stream, part, ts, seq, item
 
 
-def fingerprint(stream: Stream, namespaces: Namespaces) -> str:
-    """Changes exactly when the stream's semantics change (origins do not count)."""
-    text = repr((stream.plan, sorted(namespaces)))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+class Sink(Ledger, Protocol):
+    def write_batch(
+        self, query_id: str, batch_id: int, rows: list[OutputRow], position: int | None = None
+    ) -> bool:
+        """Apply one micro-batch's rows (and the spool position it reached) once."""
+        ...
 
+    def restart_stream(self, stream: str) -> int:
+        """Forget a stream's output: it is computed again."""
+        ...
 
-def query_id(stream: Stream, namespaces: Namespaces) -> str:
-    return f"{stream.name}-{fingerprint(stream, namespaces)}"
+    def set_versions(self, versions: dict[str, str]) -> None:
+        """Record the plans of stateless streams whose output is now complete."""
+        ...
 
 
 def events_stream(spark: SparkSession, log_dir: Path) -> DataFrame:
     """The spool's events as a streaming DataFrame."""
     return spark.readStream.schema(SPARK_SCHEMA_DDL).json(str(log_dir))
-
-
-def stream_frame(
-    spark: SparkSession,
-    log_dir: Path,
-    stream: Stream,
-    namespaces: Namespaces,
-    errors: Accumulator[dict[str, int]] | None = None,
-    lateness: int = 0,
-    views: Mapping[str, Path] | None = None,
-) -> DataFrame:
-    return compile_stream(stream, _context(spark, log_dir, namespaces, errors, lateness, views))
-
-
-def _context(
-    spark: SparkSession,
-    log_dir: Path,
-    namespaces: Namespaces,
-    errors: Accumulator[dict[str, int]] | None,
-    lateness: int,
-    views: Mapping[str, Path] | None,
-) -> LowerContext:
-    frames = {
-        name: with_watermark(events_stream(spark, folder), lateness)
-        for name, folder in (views or {}).items()
-    }
-    events = with_watermark(events_stream(spark, log_dir), lateness)
-    return LowerContext(events, namespaces, errors, lateness, frames)
 
 
 def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
@@ -95,8 +85,8 @@ def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
 
 @dataclass
 class RunningQuery:
-    stream: str  # the stream's name, or the view's
-    query_id: str
+    name: str  # "stateless" or a generation's id
+    streams: frozenset[str]  # the streams whose output it writes
     query: StreamingQuery
     # starts the same query again from its checkpoint (after a failure)
     restart: Callable[[], StreamingQuery]
@@ -105,154 +95,227 @@ class RunningQuery:
 BatchHandler = Callable[[DataFrame, int], None]
 
 
-def _foreach(qid: str, sink: BatchSink) -> BatchHandler:
-    def handle(batch: DataFrame, batch_id: int) -> None:
-        # Arrow transfer: several times faster than collect() for big batches.
-        table = batch.toArrow()
-        columns = [table.column(name).to_pylist() for name in OUTPUT_COLUMNS]
-        # Union is a set union of events.  One event enters one micro-batch only, so
-        # the copies that reached a union through several branches are all here.
-        rows = list(dict.fromkeys(zip(*columns, strict=True)))
-        sink(qid, batch_id, rows)
-
-    return handle
-
-
 @dataclass(frozen=True)
-class QuerySetup:
+class Engine:
     """What every query of one start needs."""
 
     spark: SparkSession
     namespaces: Namespaces
     log_dir: Path
-    checkpoint_root: Path
-    once: bool
-    trigger_seconds: float
-    errors: Accumulator[dict[str, int]] | None
-    lateness: int
-    views: Mapping[str, Path]
+    data: Path  # checkpoints/ and frontier/ live here
+    sink: Sink
+    once: bool = False
+    trigger_seconds: float = 5.0
+    errors: Accumulator[dict[str, int]] | None = None
+    lateness: int = 0
 
-    def context(self) -> LowerContext:
-        return _context(
-            self.spark, self.log_dir, self.namespaces, self.errors, self.lateness, self.views
+    @property
+    def checkpoints(self) -> Path:
+        return self.data / "checkpoints"
+
+    @property
+    def frontier(self) -> FrontierLog:
+        return FrontierLog(self.data / "frontier")
+
+    def launch(self, qid: str, frame: DataFrame, handle: BatchHandler) -> StreamingQuery:
+        writer = (
+            frame.writeStream.queryName(qid.replace("-", "_"))
+            .option("checkpointLocation", str(self.checkpoints / qid))
+            .foreachBatch(handle)
         )
+        if self.once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
+        return writer.start()
 
-    def start(self, name: str, qid: str, frame: DataFrame, handle: BatchHandler) -> RunningQuery:
+    def start(
+        self, name: str, streams: frozenset[str], frame: DataFrame, handle: BatchHandler
+    ) -> RunningQuery:
         def launch() -> StreamingQuery:
-            writer = (
-                frame.writeStream.queryName(qid.replace("-", "_"))
-                .option("checkpointLocation", str(self.checkpoint_root / qid))
-                .foreachBatch(handle)
-            )
-            writer = (
-                writer.trigger(availableNow=True)
-                if self.once
-                else writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
-            )
-            return writer.start()
+            return self.launch(name, frame, handle)
 
-        return RunningQuery(name, qid, launch(), launch)
+        return RunningQuery(name, streams, launch(), launch)
 
 
-def start_queries(
-    spark: SparkSession,
-    streams: Sequence[Stream],
-    namespaces: Namespaces,
-    log_dir: Path,
-    checkpoint_root: Path,
-    sink: BatchSink,
-    *,
-    once: bool = False,
-    trigger_seconds: float = 5.0,
-    on_fresh: Callable[[str, str], None] | None = None,
-    errors: Accumulator[dict[str, int]] | None = None,
-    lateness: int = 0,
-    views_root: Path | None = None,
-) -> list[RunningQuery]:
-    """Start one query per stream; ``once`` processes what is there and stops.
+def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
+    """Rewrite the streams, decide the queries, clear what is stale."""
+    streams = rewrite_streams(streams, engine.namespaces)
+    engine.checkpoints.mkdir(parents=True, exist_ok=True)
+    if not (engine.checkpoints / STATELESS_QUERY).exists():
+        # Everything starts from the beginning of the spool: no older state or
+        # frontier row may mix in (and earlier layouts' folders go).
+        for old in engine.checkpoints.iterdir():
+            shutil.rmtree(old, ignore_errors=True)
+        engine.frontier.clear()
+    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
+    for qid in layout.dropped:
+        remove_query(engine.checkpoints, engine.frontier.root, qid)
+    return layout
 
-    With ``views_root``, a stateless sub-plan common to several streams is computed
-    once, by a query of its own writing a view there, which those streams read
-    (:mod:`roses_app.algebra.sharing`); with ``once``, views are finished first.
-    ``on_fresh(stream, query_id)`` is called for a query with no checkpoint yet (a new
-    or changed stream), before it starts: it will recompute from the whole spool.
-    """
-    checkpoint_root.mkdir(parents=True, exist_ok=True)
-    # The rewritten plans run (and name the checkpoints); the reference evaluator runs
-    # the plans as written, so the differential tests check the rewrites too.
-    streams = rewrite_streams(streams, namespaces)
-    shared = share(streams) if views_root is not None else SharedPlan({}, list(streams))
-    folders = _prepare_views(views_root, checkpoint_root, shared)
-    setup = QuerySetup(
-        spark,
-        namespaces,
-        log_dir,
-        checkpoint_root,
-        once,
-        trigger_seconds,
-        errors,
-        lateness,
-        folders,
-    )
+
+def start_queries(engine: Engine, streams: Sequence[Stream]) -> list[RunningQuery]:
+    """Start the queries of the global plan of ``streams``; with ``engine.once`` they
+    process what the spool holds and stop (the stateless query first: the stateful
+    ones read what it writes)."""
+    layout = prepare(engine, streams)
+    backfill_stateless(engine, layout)
     running: list[RunningQuery] = []
-    for name, node in shared.views.items():
-        frame = compile_view(node, name, setup.context())
-        running.append(setup.start(name, name, frame, _view_writer(folders[name])))
-    if once:
-        await_all(running)  # the streams read what the views wrote
-    for stream in shared.streams:
-        qid = query_id(stream, namespaces)
-        _drop_stale_checkpoints(checkpoint_root, stream.name, qid)
-        if on_fresh is not None and not (checkpoint_root / qid).exists():
-            on_fresh(stream.name, qid)
-        frame = compile_stream(stream, setup.context())
-        running.append(setup.start(stream.name, qid, frame, _foreach(qid, sink)))
+    if layout.query_ids():
+        running.append(start_stateless(engine, layout))
+    if engine.once:
+        await_all(running)
+    for generation in layout.generations:
+        if generation.fresh:
+            backfill_generation(engine, layout, generation)
+        running.append(start_generation(engine, generation))
     return running
 
 
-def _prepare_views(
-    views_root: Path | None, checkpoint_root: Path, shared: SharedPlan
-) -> dict[str, Path]:
-    """Folders of the current views; those of views no longer used are removed."""
-    if views_root is None:
-        return {}
-    views_root.mkdir(parents=True, exist_ok=True)
-    for old in views_root.iterdir():
-        if old.name not in shared.views:
-            log.info("dropping view %s: no stream shares it any more", old.name)
-            shutil.rmtree(old)
-            shutil.rmtree(checkpoint_root / old.name, ignore_errors=True)
-    folders = {name: views_root / name for name in shared.views}
-    for folder in folders.values():
-        folder.mkdir(exist_ok=True)
-    return folders
+# -- the stateless query ---------------------------------------------------------------
 
 
-def _view_writer(folder: Path) -> BatchHandler:
-    """Write a view's micro-batch as one spool-format file, named by its batch id: a
-    replayed batch rewrites the same file (idempotent), atomically (rename)."""
+def start_stateless(engine: Engine, layout: Layout) -> RunningQuery:
+    plan = layout.plan
+    frontier = plan.frontier(s for g in layout.generations for s in g.streams if s.name in g.live)
+    outputs = [(s.plan, plan.id_of(s.plan)) for s in layout.stateless]
+    outputs += [(node, plan.id_of(node)) for node in frontier]
+    program = build_program(outputs, engine.namespaces, heartbeats=bool(frontier))
+    log.info("stateless query: %s", program.describe())
+    streams_of: dict[str, list[str]] = {}
+    for stream in layout.stateless:
+        streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
+    keys = {plan.id_of(node) for node in frontier}
+    frame = fused_frame(events_stream(engine.spark, engine.log_dir), program, engine.errors)
+    handle = stateless_handler(engine, streams_of, keys if frontier else None)
+    names = frozenset(s.name for s in layout.stateless)
+    return engine.start(STATELESS_QUERY, names, frame, handle)
 
+
+def split_rows(
+    table: object, streams_of: dict[str, list[str]], frontier_keys: set[str] | None
+) -> tuple[list[OutputRow], list[tuple[str | None, int, int, str | None]], int, int]:
+    """A fused batch's rows: stream output rows, frontier rows, latest ts and seq."""
+    columns = [table.column(n).to_pylist() for n in ("key", "part", "ts", "seq", "item")]  # type: ignore[attr-defined]
+    out: list[OutputRow] = []
+    frontier: list[tuple[str | None, int, int, str | None]] = []
+    latest_ts = latest_seq = 0
+    for key, part, ts, seq, item in zip(*columns, strict=True):
+        if key == TICK:
+            latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
+            continue
+        if frontier_keys is not None and (key is None or key in frontier_keys):
+            frontier.append((key, ts, seq, item))
+        for stream in streams_of.get(key, ()):
+            out.append((stream, part, ts, seq, item))
+    return list(dict.fromkeys(out)), frontier, latest_ts, latest_seq
+
+
+def stateless_handler(
+    engine: Engine, streams_of: dict[str, list[str]], frontier_keys: set[str] | None
+) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> None:
-        table = batch.toArrow()
-        columns = [table.column(name).to_pylist() for name in ("source", "ts", "seq", "item")]
-        rows = list(dict.fromkeys(zip(*columns, strict=True)))  # the union's set semantics
-        if not rows:
-            return
-        events = [Event(source, ts, seq, item) for source, ts, seq, item in rows]
-        tmp = folder.parent / f".{folder.name}-{batch_id}.tmp"
-        write_events(tmp, events)
-        os.replace(tmp, folder / f"batch-{batch_id:012d}.jsonl")
+        rows, frontier, latest_ts, latest_seq = split_rows(
+            batch.toArrow(), streams_of, frontier_keys
+        )
+        if frontier_keys is not None and (frontier or latest_seq):
+            engine.frontier.write_live(batch_id, frontier, latest_ts, latest_seq)
+        engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
 
     return handle
 
 
-def _drop_stale_checkpoints(root: Path, stream: str, current: str) -> None:
-    """A stream whose plan changed starts again from the whole spool."""
-    pattern = re.compile(re.escape(stream) + r"-[0-9a-f]{16}")
-    for path in root.iterdir():
-        if path.name != current and pattern.fullmatch(path.name):
-            log.info("stream %s changed: dropping checkpoint %s", stream, path.name)
-            shutil.rmtree(path)
+def backfill_stateless(engine: Engine, layout: Layout) -> None:
+    """New or changed stateless streams: forget their old output, compute them over
+    the spool the stateless query has already read, then record them as published."""
+    if not layout.new_stateless:
+        return
+    for stream in layout.new_stateless:
+        engine.sink.restart_stream(stream.name)
+    if layout.position > 0:
+        plan = layout.plan
+        log.info(
+            "computing %d new or changed stream(s) over the spool read so far: %s",
+            len(layout.new_stateless),
+            ", ".join(s.name for s in layout.new_stateless),
+        )
+        outputs = [(s.plan, plan.id_of(s.plan)) for s in layout.new_stateless]
+        program = build_program(outputs, engine.namespaces)
+        streams_of: dict[str, list[str]] = {}
+        for stream in layout.new_stateless:
+            streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
+        rows, _, _, _ = split_rows(
+            _backfill_table(engine, program, layout.position), streams_of, None
+        )
+        engine.sink.write_batch(f"backfill-{time.time_ns()}", 0, rows)
+    engine.sink.set_versions({s.name: layout.fingerprints[s.name] for s in layout.new_stateless})
+
+
+def _backfill_table(engine: Engine, program: Program, position: int) -> object:
+    """The fused program over the spool events up to ``position`` (a batch job)."""
+    events = engine.spark.read.schema(SPARK_SCHEMA_DDL).json(str(engine.log_dir))
+    return fused_frame(events.where(F.col("seq") <= position), program, engine.errors).toArrow()
+
+
+# -- stateful generations --------------------------------------------------------------
+
+
+def backfill_generation(engine: Engine, layout: Layout, generation: Generation) -> None:
+    """A new generation: forget its streams' old output; its frontier rows up to the
+    stateless query's position come from a backfill, the later ones from the log."""
+    for name in generation.live:
+        engine.sink.restart_stream(name)
+    folder = engine.checkpoints / generation.id
+    if generation.boundary > 0:
+        plan = layout.plan
+        nodes = plan.frontier(generation.streams)
+        program = build_program(
+            [(n, plan.id_of(n)) for n in nodes], engine.namespaces, heartbeats=True
+        )
+        keys = {plan.id_of(n) for n in nodes}
+        _, frontier, latest_ts, latest_seq = split_rows(
+            _backfill_table(engine, program, generation.boundary), {}, keys
+        )
+        engine.frontier.write_backfill(generation.id, frontier, latest_ts, latest_seq)
+    save_generation(folder, generation.streams)
+    (folder / "boundary").write_text(str(generation.boundary))
+
+
+def start_generation(engine: Engine, generation: Generation) -> RunningQuery:
+    plan = GlobalPlan.of(generation.streams)
+    events = with_watermark(engine.frontier.stream(engine.spark, generation.id), engine.lateness)
+    if generation.boundary > 0:
+        mine = (F.col("origin") == F.lit("b")) | (F.col("seq") > F.lit(generation.boundary))
+        events = events.where(above_watermark(mine))
+    computed = {
+        node: events.where(
+            above_watermark((F.col("key") == F.lit(plan.id_of(node))) | F.col("key").isNull())
+        ).select("ts", "seq", "item", "time")
+        for node in plan.frontier()
+    }
+    ctx = LowerContext(events, engine.namespaces, engine.errors, engine.lateness, computed)
+    frames = [compile_stream(stream, ctx) for stream in generation.streams]
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return engine.start(generation.id, generation.live, frame, output_handler(engine, generation))
+
+
+def output_handler(engine: Engine, generation: Generation) -> BatchHandler:
+    def handle(batch: DataFrame, batch_id: int) -> None:
+        # Arrow transfer: several times faster than collect() for big batches.
+        table = batch.toArrow()
+        columns = [table.column(name).to_pylist() for name in OUTPUT_COLUMNS]
+        # Union is a set union of events: the copies that reached it through several
+        # branches are all in this micro-batch.  Streams no longer in the config
+        # (the generation runs its plans as they were) publish nothing.
+        rows = [r for r in dict.fromkeys(zip(*columns, strict=True)) if r[0] in generation.live]
+        engine.sink.write_batch(generation.id, batch_id, rows)
+
+    return handle
+
+
+# -- control ---------------------------------------------------------------------------
 
 
 def await_all(queries: Sequence[RunningQuery]) -> None:
@@ -260,7 +323,7 @@ def await_all(queries: Sequence[RunningQuery]) -> None:
         running.query.awaitTermination()
         exc = running.query.exception()
         if exc is not None:
-            raise QueryError(f"stream {running.stream} failed: {exc}") from exc
+            raise QueryError(f"query {running.name} failed: {exc}") from exc
 
 
 def stop_gracefully(queries: Sequence[RunningQuery], timeout: float = 60.0) -> None:
@@ -270,9 +333,7 @@ def stop_gracefully(queries: Sequence[RunningQuery], timeout: float = 60.0) -> N
         while running.query.isActive and running.query.status.get("isTriggerActive"):
             if time.monotonic() > deadline:
                 log.warning(
-                    "stream %s: batch still running after %.0fs, stopping it",
-                    running.stream,
-                    timeout,
+                    "query %s: batch still running after %.0fs, stopping it", running.name, timeout
                 )
                 break
             time.sleep(0.1)

@@ -42,18 +42,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
+from roses_app.algebra.delta import delta, present
 from roses_app.algebra.plan import (
     CountWindow,
     Delta,
     Node,
-    TimeWindow,
     Window,
     WindowedGrouping,
     WindowSpec,
     XQuery,
 )
-from roses_app.algebra.reference_time import present
-from roses_app.algebra.windows import count_window, time_window
+from roses_app.algebra.windows import oldest_needed, window_content
 from roses_app.spark import udfs
 from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower, register
 
@@ -110,16 +109,6 @@ def by_time(rows: Sequence[Event]) -> Iterator[tuple[int, list[Event]]]:
 # -- Window ----------------------------------------------------------------------------
 
 
-def oldest_needed(spec: TimeWindow, t: int) -> int:
-    """The earliest ts that a time window may show at any time ≥ t."""
-    if spec.period is None:
-        refresh = t
-    else:
-        # the refresh in force at t, or t0 before the first one: refreshes only grow
-        refresh = spec.start + max(0, (t - spec.start) // spec.period) * spec.period
-    return refresh - spec.delay - spec.width + 1
-
-
 @dataclass(frozen=True)
 class WindowOperator:
     """Window: at each input time t (heartbeats included), the window content at t,
@@ -128,12 +117,7 @@ class WindowOperator:
     spec: WindowSpec
 
     def content(self, events: list[Event], t: int) -> list[Event]:
-        if isinstance(self.spec, CountWindow):
-            return count_window(events, t, self.spec.size)
-        spec = self.spec
-        return time_window(
-            events, t, spec.width, period=spec.period, start=spec.start, delay=spec.delay
-        )
+        return window_content(events, self.spec, t)
 
     def keep(self, events: list[Event], content: list[Event], t: int) -> list[Event]:
         """What later times may still show (the memory stays bounded)."""
@@ -170,16 +154,8 @@ class DeltaOperator:
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
     ) -> tuple[list[Event], list[Event]]:
-        out: list[Event] = []
-        previous = present(kept)
-        for t, items in by_time(rows):
-            now = present(items)
-            if self.kind == "insert":
-                out.extend(e for item, e in now.items() if item not in previous)
-            else:
-                out.extend(Event(t, e.seq, item) for item, e in previous.items() if item not in now)
-            previous = now
-        return out, list(previous.values())
+        out, now = delta(self.kind, rows, present(kept), Event)
+        return out, list(now.values())
 
 
 # -- WindowedGrouping ------------------------------------------------------------------

@@ -118,6 +118,45 @@ def _serialize(element: etree._Element | None) -> str | None:
     return None if element is None else etree.tostring(element, encoding="unicode")
 
 
+def observer_fn(
+    expr: str, namespaces: Namespaces, *, fast: bool = True
+) -> Callable[[etree._Element], bool]:
+    """The observer as a function of a parsed item (it may raise on a bad item)."""
+    select = _selector(expr, "boolean", namespaces, fast)
+    if select is None:
+        return compile_xpath(expr, namespaces).boolean
+    lxml_select = select
+
+    def observe(item: etree._Element) -> bool:
+        return effective_boolean(lxml_select(item))
+
+    return observe
+
+
+def accessor_fn(
+    expr: str, namespaces: Namespaces, *, fast: bool = True
+) -> Callable[[etree._Element], etree._Element | None]:
+    """The accessor as a function of a parsed item: the new item, or None (λ)."""
+    select = _selector(expr, "nodes", namespaces, fast) or compile_xpath(expr, namespaces).evaluate
+
+    def access(item: etree._Element) -> etree._Element | None:
+        return to_item(select(item))
+
+    return access
+
+
+def splitter_fn(
+    expr: str, namespaces: Namespaces, *, fast: bool = True
+) -> Callable[[etree._Element], str | None]:
+    """The split function of a parsed item: the output name, or None (nowhere)."""
+    select = _selector(expr, "string", namespaces, fast) or compile_xpath(expr, namespaces).evaluate
+
+    def name(item: etree._Element) -> str | None:
+        return split_name(select(item))
+
+    return name
+
+
 def filter_batch(
     expr: str,
     namespaces: Namespaces,
@@ -127,17 +166,8 @@ def filter_batch(
     fast: bool = True,
 ) -> list[bool]:
     """Observer over a batch: True keeps the item; a failing item is dropped (False)."""
-    compiled = compile_xpath(expr, namespaces)
-    select = _selector(expr, "boolean", namespaces, fast)
-    fn: Callable[[etree._Element], bool]
-    if select is not None:
-        lxml_select = select
-
-        def fn(item: etree._Element) -> bool:
-            return effective_boolean(lxml_select(item))
-
-    else:
-        fn = compiled.boolean
+    compile_xpath(expr, namespaces)  # a compile error is raised, never per item
+    fn = observer_fn(expr, namespaces, fast=fast)
     return each(xmls, fn, False, f"filter {expr!r}", on_error)
 
 
@@ -150,11 +180,11 @@ def map_batch(
     fast: bool = True,
 ) -> list[str | None]:
     """Accessor over a batch: the new item, or None when the result is empty or fails."""
-    compiled = compile_xpath(expr, namespaces)
-    select = _selector(expr, "nodes", namespaces, fast) or compiled.evaluate
+    compile_xpath(expr, namespaces)
+    access = accessor_fn(expr, namespaces, fast=fast)
 
     def apply(item: etree._Element) -> str | None:
-        return _serialize(to_item(select(item)))
+        return _serialize(access(item))
 
     return each(xmls, apply, None, f"map {expr!r}", on_error)
 
@@ -168,9 +198,8 @@ def split_batch(
     fast: bool = True,
 ) -> list[str | None]:
     """Split function over a batch: the output name, or None (the item goes nowhere)."""
-    compiled = compile_xpath(expr, namespaces)
-    select = _selector(expr, "string", namespaces, fast) or compiled.evaluate
-    return each(xmls, lambda item: split_name(select(item)), None, f"split {expr!r}", on_error)
+    compile_xpath(expr, namespaces)
+    return each(xmls, splitter_fn(expr, namespaces, fast=fast), None, f"split {expr!r}", on_error)
 
 
 def observe2_batch(
@@ -214,8 +243,11 @@ def observe2_batch(
 __all__ = [
     "ITEM_VARIABLES",
     "OnError",
+    "accessor_fn",
     "filter_batch",
     "map_batch",
     "observe2_batch",
+    "observer_fn",
     "split_batch",
+    "splitter_fn",
 ]

@@ -1,0 +1,92 @@
+"""The fused stateless stage as a program: the stateless nodes of the global plan in
+topological order, each a step reading earlier steps, and the steps whose events
+leave the stage (stream roots, frontier nodes), each under an output key.
+
+It only describes; :mod:`roses_app.xmlfn.fused` runs it over batches of items (on
+Spark workers and in tests), parsing each item once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from roses_app.algebra.globalplan import fingerprint
+from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union, XQuery
+
+Namespaces = tuple[tuple[str, str], ...]
+TICK = "~tick"  # the output key of a batch's time mark (latest ts and seq seen)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stateless node: ``kind`` is source, filter, map, union or split; ``arg``
+    the source name or the XPath; ``xquery`` a map's mutator.  ``stream`` and
+    ``label`` name it in error messages and per-step error counts."""
+
+    kind: str
+    inputs: tuple[int, ...] = ()
+    arg: str = ""
+    xquery: XQuery | None = None
+    stream: str = ""
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Program:
+    """Steps in topological order; ``outputs``: (step, output key) pairs.  With
+    ``heartbeats``, heartbeat rows are passed on (the frontier log needs them)."""
+
+    steps: tuple[Step, ...]
+    outputs: tuple[tuple[int, str], ...]
+    namespaces: Namespaces = ()
+    heartbeats: bool = False
+
+    @property
+    def key(self) -> str:
+        """Identifies the program, so workers compile it once."""
+        return fingerprint((self.steps, self.outputs, self.namespaces, self.heartbeats))
+
+    def describe(self) -> str:
+        kinds: dict[str, int] = {}
+        for step in self.steps:
+            kinds[step.kind] = kinds.get(step.kind, 0) + 1
+        parts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        return f"{len(self.steps)} steps ({parts}), {len(self.outputs)} outputs"
+
+
+def _step(node: Node, inputs: tuple[int, ...]) -> Step:
+    label = node.origin.step or type(node).__name__
+    common = {"inputs": inputs, "stream": node.origin.stream, "label": label}
+    if isinstance(node, Source):
+        return Step("source", arg=node.name, **common)  # type: ignore[arg-type]
+    if isinstance(node, Filter):
+        return Step("filter", arg=node.where, **common)  # type: ignore[arg-type]
+    if isinstance(node, Map):
+        return Step("map", arg=node.xpath, xquery=node.xquery, **common)  # type: ignore[arg-type]
+    if isinstance(node, Union):
+        return Step("union", **common)  # type: ignore[arg-type]
+    if isinstance(node, Split):
+        return Step("split", arg=node.by, **common)  # type: ignore[arg-type]
+    raise ValueError(f"{type(node).__name__} is not stateless: it has no fused step")
+
+
+def build_program(
+    outputs: Sequence[tuple[Node, str]], namespaces: Namespaces = (), *, heartbeats: bool = False
+) -> Program:
+    """The program computing every node of ``outputs`` (each emitted under its key);
+    equal sub-plans become one step."""
+    index: dict[Node, int] = {}
+    steps: list[Step] = []
+
+    def visit(node: Node) -> int:
+        found = index.get(node)
+        if found is not None:
+            return found
+        inputs = tuple(visit(child) for child in node.children())
+        index[node] = len(steps)
+        steps.append(_step(node, inputs))
+        return index[node]
+
+    emitted = tuple((visit(node), key) for node, key in outputs)
+    return Program(tuple(steps), emitted, namespaces, heartbeats)

@@ -1,0 +1,63 @@
+"""The fused stateless stage on Spark: one ``mapInArrow`` over the spool's events.
+
+Every Arrow batch of a partition goes through :func:`roses_app.xmlfn.fused.run_program`
+once: each item is parsed once and every stateless step of the global plan runs on
+that tree.  The stage emits ``key, part, ts, seq, item`` rows: the events of stream
+roots and frontier nodes under their node id, heartbeats (key null), and a time mark
+per batch (key ``~tick``).  Spark spreads partitions over cores and executors as for
+any ``mapInArrow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark import Accumulator
+from pyspark.sql import DataFrame
+
+from roses_app.algebra.program import Program, Step
+from roses_app.spark import udfs
+
+FUSED_DDL = "key STRING, part STRING, ts BIGINT, seq BIGINT, item STRING"
+FUSED_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("part", pa.string()),
+        ("ts", pa.int64()),
+        ("seq", pa.int64()),
+        ("item", pa.string()),
+    ]
+)
+
+
+def to_batch(rows: list[tuple[object, ...]]) -> pa.RecordBatch:
+    """Output rows as an Arrow batch of the stage's schema."""
+    if not rows:
+        return pa.RecordBatch.from_pylist([], schema=FUSED_SCHEMA)
+    columns = zip(*rows, strict=True)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, FUSED_SCHEMA, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=FUSED_SCHEMA)
+
+
+def fused_frame(
+    events: DataFrame,
+    program: Program,
+    errors: Accumulator[dict[str, int]] | None = None,
+    *,
+    presearch: bool = True,
+) -> DataFrame:
+    """``events`` (spool rows: source, ts, seq, item) through ``program``."""
+
+    def hook_for(step: Step) -> udfs.ErrorHook:
+        return udfs.error_hook(udfs.Step(step.stream, step.label), errors)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from roses_app.xmlfn.fused import run_program
+
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("source", "ts", "seq", "item")]
+            rows = run_program(program, *columns, hook_for=hook_for, presearch=presearch)
+            yield to_batch(rows)
+
+    return events.select("source", "ts", "seq", "item").mapInArrow(run, FUSED_DDL)

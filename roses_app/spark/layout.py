@@ -1,0 +1,167 @@
+"""Which Spark queries run the global plan, and what each must catch up on.
+
+Spark's rules decide the split (see the README, "How it works"):
+
+* **One stateless query** computes every stateless stream and every frontier node in
+  one fused stage.  It has no operator state, so its plan may change between two
+  runs with the same checkpoint: a stream added, edited or removed only changes the
+  fused program.  A new or changed stateless stream is computed once over the part
+  of the spool the query has already read (a *backfill*), then follows live.
+* **Stateful generations.**  Spark binds a query's operator state to its plan: a
+  checkpoint cannot take a stateful operator added, removed or changed.  So the
+  stateful streams of a config run together in one query, and the stateful streams
+  added or changed later in a new query of their own (a new generation), whose
+  frontier rows for the past come from a backfill.  A generation keeps running its
+  own plans while at least one of its streams is still in the config unchanged; the
+  outputs of its other streams are dropped.
+
+A generation's plans are kept beside its checkpoint (pickled), so that it can be
+started again exactly as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from roses_app.algebra.globalplan import GlobalPlan, fingerprint, stream_fingerprint
+from roses_app.algebra.plan import Stream
+
+log = logging.getLogger(__name__)
+
+Namespaces = tuple[tuple[str, str], ...]
+STATELESS_QUERY = "stateless"
+GENERATION_PREFIX = "gen-"
+PLANS_FILE = "plans.pickle"
+
+
+class Ledger(Protocol):
+    """What the engine keeps in the store beside the output rows."""
+
+    def position(self, query_id: str) -> int:
+        """The latest spool seq a query has written the output of (0: none)."""
+        ...
+
+    def versions(self) -> dict[str, str]:
+        """stream -> fingerprint of the stateless streams' plans as published."""
+        ...
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A query of stateful streams: the plans it runs, those whose output is
+    current, and where its frontier rows switch from its backfill to the live log."""
+
+    id: str
+    streams: tuple[Stream, ...]
+    live: frozenset[str]
+    boundary: int
+    fresh: bool
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The queries of one start of the engine."""
+
+    plan: GlobalPlan
+    stateless: tuple[Stream, ...]
+    fingerprints: dict[str, str]
+    # stateless streams new or changed since they were published, with the spool
+    # position their backfill goes up to (0: the query starts afresh, no backfill)
+    new_stateless: tuple[Stream, ...]
+    position: int
+    generations: tuple[Generation, ...]
+    dropped: tuple[str, ...]  # generations no stream needs any more
+
+    def query_ids(self) -> list[str]:
+        first = [STATELESS_QUERY] if self.stateless or self.generations else []
+        return first + [g.id for g in self.generations]
+
+    def query_of(self, stream: str) -> str:
+        if stream in {s.name for s in self.stateless}:
+            return STATELESS_QUERY
+        for generation in self.generations:
+            if stream in generation.live:
+                return generation.id
+        raise KeyError(stream)
+
+
+def load_generation(folder: Path) -> tuple[Stream, ...] | None:
+    """The plans a generation runs, or None when they cannot be read back (written by
+    another version of ROSES: the generation is then started again)."""
+    try:
+        with open(folder / PLANS_FILE, "rb") as fh:
+            streams = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, AttributeError, ImportError, EOFError) as exc:
+        log.warning("cannot read the plans of %s (%s): it starts again", folder.name, exc)
+        return None
+    if not isinstance(streams, tuple) or not all(isinstance(s, Stream) for s in streams):
+        return None
+    return streams
+
+
+def save_generation(folder: Path, streams: Sequence[Stream]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (PLANS_FILE + ".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(tuple(streams), fh)
+    tmp.replace(folder / PLANS_FILE)
+
+
+def plan_layout(
+    streams: Sequence[Stream], namespaces: Namespaces, checkpoints: Path, ledger: Ledger
+) -> Layout:
+    """Decide the queries: keep what can go on, start what is new."""
+    plan = GlobalPlan.of(streams)
+    prints = {s.name: stream_fingerprint(s, namespaces) for s in streams}
+    fresh_start = not (checkpoints / STATELESS_QUERY).exists()
+    position = 0 if fresh_start else ledger.position(STATELESS_QUERY)
+    published = ledger.versions()
+    stateless = tuple(plan.stateless_streams())
+    new_stateless = tuple(s for s in stateless if published.get(s.name) != prints[s.name])
+    kept, dropped = ([], []) if fresh_start else _existing(checkpoints, namespaces, prints)
+    covered = {name for g in kept for name in g.live}
+    rest = [s for s in plan.stateful_streams() if s.name not in covered]
+    generations = list(kept)
+    if rest:
+        key = fingerprint(sorted((s.name, prints[s.name]) for s in rest))
+        gen_id = GENERATION_PREFIX + key
+        generations.append(
+            Generation(gen_id, tuple(rest), frozenset(s.name for s in rest), position, True)
+        )
+    return Layout(
+        plan, stateless, prints, new_stateless, position, tuple(generations), tuple(dropped)
+    )
+
+
+def _existing(
+    checkpoints: Path, namespaces: Namespaces, prints: dict[str, str]
+) -> tuple[list[Generation], list[str]]:
+    kept: list[Generation] = []
+    dropped: list[str] = []
+    if not checkpoints.exists():
+        return kept, dropped
+    for folder in sorted(checkpoints.glob(GENERATION_PREFIX + "*")):
+        streams = load_generation(folder)
+        live = frozenset(
+            s.name for s in streams or () if prints.get(s.name) == stream_fingerprint(s, namespaces)
+        )
+        if streams is None or not live:
+            dropped.append(folder.name)
+            continue
+        boundary = (
+            int((folder / "boundary").read_text() or 0) if (folder / "boundary").exists() else 0
+        )
+        kept.append(Generation(folder.name, streams, live, boundary, False))
+    return kept, dropped
+
+
+def remove_query(checkpoints: Path, frontier: Path, query_id: str) -> None:
+    log.info("dropping query %s: no stream of the config needs it any more", query_id)
+    shutil.rmtree(checkpoints / query_id, ignore_errors=True)
+    shutil.rmtree(frontier / f"backfill-{query_id}", ignore_errors=True)

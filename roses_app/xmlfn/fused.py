@@ -1,0 +1,320 @@
+"""Running a fused stateless program over a batch of input events.
+
+Each item is parsed once; every step works on trees (a map's accessor builds a new
+tree, a mutator's result is parsed only if a later step needs it).  Steps run in
+topological order, each over the rows that reached it, so a step no row reaches costs
+nothing.  Filters reading the same step go through a presearcher
+(:mod:`roses_app.xmlfn.presearch`): one scan of each item names the observers that may
+hold, and only those are evaluated; those it decides exactly are not evaluated at all.
+XQuery mutators stay batched: one call per mutator per batch.
+
+The result follows the reference semantics of each node: a union is a set of
+events, so the copies of one input event that reach a step by several paths are one
+(compared by their serialized item).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lxml import etree
+
+from roses_app.algebra.program import TICK, Program, Step
+from roses_app.xmlfn.batch import (
+    OnError,
+    accessor_fn,
+    observer_fn,
+    report,
+    splitter_fn,
+)
+from roses_app.xmlfn.xpath import parse, thread_parser
+
+if TYPE_CHECKING:
+    from roses_app.xmlfn.presearch import Presearcher
+
+log = logging.getLogger(__name__)
+
+Row = tuple[str | None, str, int, int, str | None]  # key, part, ts, seq, item
+HookFor = Callable[[Step], OnError]
+MIN_PRESEARCH = 1  # filters on one input from which a presearcher pays off
+
+
+class Val:
+    """An item on its way through the steps: a tree, its text, or both (lazily)."""
+
+    __slots__ = ("_elem", "_xml")
+
+    def __init__(self, elem: etree._Element | None = None, xml: str | None = None) -> None:
+        self._elem = elem
+        self._xml = xml
+
+    def element(self) -> etree._Element:
+        if self._elem is None:
+            self._elem = parse(self._xml or "")
+        return self._elem
+
+    def text(self) -> str:
+        if self._xml is None:
+            self._xml = etree.tostring(self._elem, encoding="unicode")
+        return self._xml
+
+
+Values = dict[int, list[Val]]  # input row -> the items of that row at a step
+
+
+@dataclass
+class Compiled:
+    """A program's functions, compiled once per worker process."""
+
+    program: Program
+    functions: dict[int, Callable[[etree._Element], Any]] = field(default_factory=dict)
+    presearchers: dict[int, Presearcher[int]] = field(default_factory=dict)
+    # a step read by filters with a presearcher -> those filters
+    searched: dict[int, list[int]] = field(default_factory=dict)
+    sources: dict[str, list[int]] = field(default_factory=dict)
+
+
+_cache: dict[str, Compiled] = {}
+_cache_lock = threading.Lock()
+
+
+def compiled(program: Program, *, presearch: bool = True) -> Compiled:
+    key = f"{program.key}/{presearch}"
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is None:
+            found = _cache[key] = _compile(program, presearch)
+        return found
+
+
+def _compile(program: Program, presearch: bool) -> Compiled:
+    out = Compiled(program)
+    ns = program.namespaces
+    readers: dict[int, list[int]] = {}
+    for n, step in enumerate(program.steps):
+        if step.kind == "source":
+            out.sources.setdefault(step.arg, []).append(n)
+        elif step.kind == "filter":
+            out.functions[n] = observer_fn(step.arg, ns)
+            readers.setdefault(step.inputs[0], []).append(n)
+        elif step.kind == "map" and step.xquery is None:
+            out.functions[n] = accessor_fn(step.arg, ns)
+        elif step.kind == "split":
+            out.functions[n] = splitter_fn(step.arg, ns)
+    if presearch and os.environ.get("ROSES_PRESEARCH", "1") != "0":
+        from roses_app.xmlfn.presearch import Presearcher
+
+        for read, filters in readers.items():
+            if len(filters) >= MIN_PRESEARCH:
+                observers = {f: program.steps[f].arg for f in filters}
+                out.presearchers[read] = Presearcher(observers, ns)
+                out.searched[read] = filters
+    return out
+
+
+def default_hooks(step: Step) -> OnError:
+    def hook(xml: str | None, exc: Exception) -> None:
+        from roses_app.xmlfn.batch import guid_note
+
+        log.warning(
+            "stream %s, step %s: dropped an item%s: %s",
+            step.stream,
+            step.label,
+            guid_note(xml),
+            exc,
+        )
+
+    return hook
+
+
+@dataclass
+class Run:
+    """One batch through a compiled program."""
+
+    code: Compiled
+    hook_for: HookFor
+    values: dict[int, Values] = field(default_factory=dict)
+    parts: dict[int, dict[int, list[tuple[str, Val]]]] = field(default_factory=dict)
+    # presearch results: filter step -> rows it accepted without evaluation / must evaluate
+    accepted: dict[int, Values] = field(default_factory=dict)
+    pending: dict[int, Values] = field(default_factory=dict)
+
+    def load(self, sources: Sequence[str | None], items: Sequence[str | None]) -> None:
+        """Parse each item once and hand it to its source's steps."""
+        parser = thread_parser()
+        for row, (source, xml) in enumerate(zip(sources, items, strict=True)):
+            targets = self.code.sources.get(source or "")
+            if xml is None or not targets:
+                continue
+            try:
+                val = Val(
+                    etree.fromstring(xml, parser) if "<?xml" not in xml[:6] else parse(xml), xml
+                )
+            except (etree.XMLSyntaxError, ValueError) as exc:
+                step = self.code.program.steps[targets[0]]
+                report(self.hook_for(step), f"source {step.arg}", xml, exc)
+                continue
+            for target in targets:
+                self.values.setdefault(target, {})[row] = [val]
+
+    def step(self, n: int, step: Step) -> None:
+        if step.kind == "source":
+            return
+        if step.kind == "union":
+            self._union(n, step)
+            return
+        upstream = self.values.get(step.inputs[0])
+        if not upstream:
+            return
+        if step.kind == "filter":
+            self._filter(n, step, upstream)
+        elif step.kind == "map" and step.xquery is not None:
+            self._mutate(n, step, upstream)
+        elif step.kind == "map":
+            self._map(n, step, upstream)
+        else:
+            self._split(n, step, upstream)
+
+    def _presearch(self, read: int) -> None:
+        """Match every item of step ``read`` once against all its filters."""
+        searcher = self.code.presearchers[read]
+        for f in self.code.searched[read]:
+            self.accepted[f] = {}
+            self.pending[f] = {}
+        for row, vals in self.values.get(read, {}).items():
+            for val in vals:
+                accepted, candidates = searcher.match(val.element())
+                for f in accepted:
+                    self.accepted[f].setdefault(row, []).append(val)
+                for f in candidates:
+                    self.pending[f].setdefault(row, []).append(val)
+
+    def _filter(self, n: int, step: Step, upstream: Values) -> None:
+        read = step.inputs[0]
+        observe = self.code.functions[n]
+        if read in self.code.presearchers:
+            if n not in self.pending:
+                self._presearch(read)
+            kept: Values = {row: list(vals) for row, vals in self.accepted.pop(n).items()}
+            todo = self.pending.pop(n)
+        else:
+            kept, todo = {}, upstream
+        hook = None
+        for row, vals in todo.items():
+            for val in vals:
+                try:
+                    ok = observe(val.element())
+                except Exception as exc:  # a dynamic error on one item: it is dropped
+                    hook = hook or self.hook_for(step)
+                    report(hook, f"filter {step.arg!r}", val.text(), exc)
+                    continue
+                if ok:
+                    kept.setdefault(row, []).append(val)
+        if kept:
+            self.values[n] = kept
+
+    def _map(self, n: int, step: Step, upstream: Values) -> None:
+        access = self.code.functions[n]
+        out: Values = {}
+        for row, vals in upstream.items():
+            for val in vals:
+                try:
+                    new = access(val.element())
+                except Exception as exc:
+                    report(self.hook_for(step), f"map {step.arg!r}", val.text(), exc)
+                    continue
+                if new is not None:
+                    out.setdefault(row, []).append(Val(new))
+        self._set(n, out)
+
+    def _mutate(self, n: int, step: Step, upstream: Values) -> None:
+        from roses_app.xmlfn.xquery import mutate_batch
+
+        flat = [(row, val) for row, vals in upstream.items() for val in vals]
+        assert step.xquery is not None
+        results = mutate_batch(
+            step.xquery,
+            self.code.program.namespaces,
+            [val.text() for _, val in flat],
+            self.hook_for(step),
+        )
+        out: Values = {}
+        for (row, _), result in zip(flat, results, strict=True):
+            if result is not None:
+                out.setdefault(row, []).append(Val(xml=result))
+        self._set(n, out)
+
+    def _union(self, n: int, step: Step) -> None:
+        out: Values = {}
+        for read in step.inputs:
+            for row, vals in self.values.get(read, {}).items():
+                out.setdefault(row, []).extend(vals)
+        self._set(n, out)
+
+    def _split(self, n: int, step: Step, upstream: Values) -> None:
+        name_of = self.code.functions[n]
+        out: dict[int, list[tuple[str, Val]]] = {}
+        for row, vals in upstream.items():
+            for val in vals:
+                try:
+                    name = name_of(val.element())
+                except Exception as exc:
+                    report(self.hook_for(step), f"split {step.arg!r}", val.text(), exc)
+                    continue
+                if name is not None:
+                    out.setdefault(row, []).append((name, val))
+        self.parts[n] = out
+
+    def _set(self, n: int, out: Values) -> None:
+        """The step's values, each row's copies of one item made one (a set)."""
+        for row, vals in out.items():
+            if len(vals) > 1:
+                out[row] = _distinct(vals)
+        if out:
+            self.values[n] = out
+
+
+def _distinct(vals: list[Val]) -> list[Val]:
+    seen: dict[str, Val] = {}
+    for val in vals:
+        seen.setdefault(val.text(), val)
+    return list(seen.values())
+
+
+def run_program(
+    program: Program,
+    sources: Sequence[str | None],
+    ts: Sequence[int],
+    seq: Sequence[int],
+    items: Sequence[str | None],
+    hook_for: HookFor = default_hooks,
+    *,
+    presearch: bool = True,
+) -> list[Row]:
+    """The output rows of one batch of input events: (key, part, ts, seq, item) for
+    each output step's events; with ``program.heartbeats``, a (None, "", ts, seq,
+    None) row per heartbeat; and one (TICK, "", latest ts, latest seq, None) row."""
+    run = Run(compiled(program, presearch=presearch), hook_for)
+    run.load(sources, items)
+    for n, step in enumerate(program.steps):
+        run.step(n, step)
+    rows: list[Row] = []
+    for n, key in program.outputs:
+        if program.steps[n].kind == "split":
+            for row, named in run.parts.get(n, {}).items():
+                rows.extend((key, name, ts[row], seq[row], val.text()) for name, val in named)
+            continue
+        for row, vals in run.values.get(n, {}).items():
+            rows.extend((key, "", ts[row], seq[row], val.text()) for val in vals)
+    if program.heartbeats:
+        rows.extend(
+            (None, "", t, s, None) for t, s, xml in zip(ts, seq, items, strict=True) if xml is None
+        )
+    if len(ts):
+        rows.append((TICK, "", max(ts), max(seq), None))
+    return rows
