@@ -25,6 +25,7 @@ from roses_app.config import (
     SparkSettings,
     format_problems,
     load_config,
+    operator_registry,
     parse_config,
 )
 from roses_app.config import streams as streams_module
@@ -462,7 +463,7 @@ def test_multiline_xpath_is_reported_at_its_first_line(tmp_path: Path) -> None:
 
 
 def test_registering_an_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(streams_module, "_OPERATORS", dict(streams_module._OPERATORS))
+    monkeypatch.setattr(operator_registry, "_OPERATORS", dict(operator_registry._OPERATORS))
     seen: list[Origin] = []
 
     def build_both(ctx: OperatorContext, value: Marked) -> Node | None:

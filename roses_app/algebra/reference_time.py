@@ -14,10 +14,11 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import groupby
-from typing import Protocol, TypeVar
 
+from roses_app.algebra.delta import delta
+from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
 from roses_app.algebra.plan import (
     Aggregate,
@@ -36,8 +37,22 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
-from roses_app.algebra.reference import Context, RefEvent, _evaluate, items_only, ordered, run
-from roses_app.algebra.windows import count_window
+from roses_app.algebra.reference_registry import (
+    Context,
+    RefEvent,
+    heartbeats,
+    items_only,
+    ordered,
+    register,
+    run,
+)
+from roses_app.algebra.windows import (
+    bounds,
+    count_window,
+    periodic_input,
+    refresh_bounds,
+    refreshes_holding,
+)
 
 # -- windows ---------------------------------------------------------------------------
 
@@ -59,13 +74,7 @@ class WindowCall:
         if spec is None:
             return t, t
         assert isinstance(spec, TimeWindow)
-        if spec.period is None:
-            refresh = t
-        elif t < spec.start:
-            return None
-        else:
-            refresh = spec.start + (t - spec.start) // spec.period * spec.period
-        return refresh - spec.delay - spec.width + 1, min(refresh - spec.delay, t)
+        return bounds(spec, t)
 
     def indices(self, t: int) -> range:
         if isinstance(self.spec, CountWindow):
@@ -89,11 +98,7 @@ def side(node: Node) -> tuple[Node, WindowSpec | None]:
     return node, None
 
 
-def heartbeats(events: Sequence[RefEvent]) -> list[RefEvent]:
-    return [e for e in events if e.item is None]
-
-
-@_evaluate.register
+@register
 def _window(node: Window, ctx: Context) -> list[RefEvent]:
     events = run(node.input, ctx)
     call = WindowCall(events, node.spec)
@@ -165,7 +170,7 @@ def _in_windows(
     return by_left, set()
 
 
-@_evaluate.register
+@register
 def _join(node: Join, ctx: Context) -> list[RefEvent]:
     left, right, via_left, via_right = _matches(ctx, node)
     pairs = sorted(via_left | via_right)
@@ -187,14 +192,14 @@ def _join(node: Join, ctx: Context) -> list[RefEvent]:
     return ordered(out)
 
 
-@_evaluate.register
+@register
 def _semijoin(node: Semijoin, ctx: Context) -> list[RefEvent]:
     left, _, via_left, _ = _matches(ctx, node)
     found = {i for i, _ in via_left}
     return [e for i, e in enumerate(left) if i in found]
 
 
-@_evaluate.register
+@register
 def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
     left, _, via_left, _ = _matches(ctx, node)
     found = {i for i, _ in via_left}
@@ -204,43 +209,11 @@ def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
 # -- delta -----------------------------------------------------------------------------
 
 
-class Carrier(Protocol):
-    @property
-    def item(self) -> str | None: ...
-
-
-C = TypeVar("C", bound=Carrier)
-
-
-def present(events: Iterable[C]) -> dict[str, C]:
-    """The items of one time, each with its first event (heartbeats have none).
-    Spark's Delta operator uses it too."""
-    found: dict[str, C] = {}
-    for e in events:
-        if e.item is not None:
-            found.setdefault(e.item, e)
-    return found
-
-
-def _rows(events: Sequence[RefEvent]) -> list[tuple[int, dict[str, RefEvent]]]:
-    """Nest at each input timestamp: the items present."""
-    return [(t, present(group)) for t, group in groupby(events, key=lambda e: e.ts)]
-
-
-@_evaluate.register
+@register
 def _delta(node: Delta, ctx: Context) -> list[RefEvent]:
     events = run(node.input, ctx)
-    out: list[RefEvent] = heartbeats(events)
-    previous: dict[str, RefEvent] = {}
-    for t, present in _rows(events):
-        if node.kind == "insert":
-            out.extend(e for item, e in present.items() if item not in previous)
-        else:
-            out.extend(
-                RefEvent(t, e.seq, item) for item, e in previous.items() if item not in present
-            )
-        previous = present
-    return ordered(set(out))
+    changes, _ = delta(node.kind, events, {}, RefEvent)
+    return ordered({*heartbeats(events), *changes})
 
 
 # -- aggregation and group-by ----------------------------------------------------------
@@ -248,25 +221,15 @@ def _delta(node: Delta, ctx: Context) -> list[RefEvent]:
 Group = tuple[int, int, int, str | None, list[RefEvent]]  # ts, start, end, key, events
 
 
-def _periodic(node: Node) -> tuple[Node, TimeWindow] | None:
-    if isinstance(node, Window) and isinstance(node.spec, TimeWindow) and node.spec.period:
-        return node.input, node.spec
-    return None
-
-
 def _window_groups(events: Sequence[RefEvent], spec: TimeWindow, horizon: int) -> list[Group]:
     """One group per closed window of a periodic time window that holds items."""
-    assert spec.period is not None
     refreshes: set[int] = set()
     for e in events:
-        # r − d − w + 1 ≤ ts ≤ r − d, r = t0 + k·f, k ≥ 0
-        low = max(e.ts + spec.delay, spec.start)
-        first = spec.start + -(-(low - spec.start) // spec.period) * spec.period
-        refreshes.update(range(first, e.ts + spec.delay + spec.width, spec.period))
+        refreshes.update(refreshes_holding(spec, e.ts))
     groups: list[Group] = []
     times = [e.ts for e in events]
     for r in sorted(refreshes):
-        start, end = r - spec.delay - spec.width + 1, r - spec.delay
+        start, end = refresh_bounds(spec, r)
         if end >= horizon:
             continue  # not closed yet
         content = events[bisect_left(times, start) : bisect_right(times, end)]
@@ -281,7 +244,7 @@ def _time_groups(events: Sequence[RefEvent], horizon: int) -> list[Group]:
 
 
 def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
-    periodic = _periodic(node.input)
+    periodic = periodic_input(node.input)
     if periodic is not None:
         below, spec = periodic
         return _window_groups(items_only(run(below, ctx)), spec, ctx.horizon)
@@ -316,12 +279,12 @@ def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> lis
     return ordered(out)
 
 
-@_evaluate.register
+@register
 def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
     return _reduce(ctx, node, _groups(node, ctx))
 
 
-@_evaluate.register
+@register
 def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
     return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
 
@@ -329,7 +292,7 @@ def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
 # -- windowed grouping, nest, unnest ---------------------------------------------------
 
 
-@_evaluate.register
+@register
 def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
     from roses_app.algebra.nested import windowed_grouping
     from roses_app.xmlfn import reduce_batch, split_batch
@@ -349,7 +312,7 @@ def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
     return ordered(out)
 
 
-@_evaluate.register
+@register
 def _nest(node: Nest, ctx: Context) -> list[RefEvent]:
     from roses_app.xmlfn.stamp import nest_items
 
@@ -359,7 +322,7 @@ def _nest(node: Nest, ctx: Context) -> list[RefEvent]:
     ]
 
 
-@_evaluate.register
+@register
 def _unnest(node: Unnest, ctx: Context) -> list[RefEvent]:
     from roses_app.xmlfn.stamp import unnest_items
 

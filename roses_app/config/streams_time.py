@@ -41,7 +41,7 @@ from roses_app.algebra.plan import (
 )
 from roses_app.config.durations import DURATION_HINT, parse_duration
 from roses_app.config.fields import Section
-from roses_app.config.streams import (
+from roses_app.config.operator_registry import (
     Builder,
     OperatorContext,
     register_operator,

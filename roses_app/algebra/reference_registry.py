@@ -1,0 +1,98 @@
+"""The reference evaluator's dispatcher and what every handler shares.
+
+Handler modules (:mod:`~roses_app.algebra.reference_stateless`,
+:mod:`~roses_app.algebra.reference_time`) register on :func:`register`;
+:mod:`roses_app.algebra.reference` imports them all, so importing it gives the
+complete registry.  Nothing here imports a handler module: no import cycle.
+
+Time-dependent results (closed windows, outer-join and diff rows) only count once
+they are decided: before the *horizon*, the latest input time (heartbeats included)
+minus the allowed lateness, like Spark's watermark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import singledispatch
+
+from roses_app.algebra.plan import Node
+
+Namespaces = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RefEvent:
+    """One event of a stream, ordered by (ts, seq, item); ``item`` None is a heartbeat
+    (λ: time passed, nothing arrived), which the stateless operators pass on."""
+
+    ts: int
+    seq: int
+    item: str | None
+
+    def __lt__(self, other: RefEvent) -> bool:
+        return (self.ts, self.seq, self.item or "") < (other.ts, other.seq, other.item or "")
+
+
+@dataclass(frozen=True)
+class RefInput:
+    """An input event; ``item`` None is a heartbeat: it only says that time passed."""
+
+    source: str
+    ts: int
+    seq: int
+    item: str | None
+
+
+@dataclass
+class Context:
+    """One evaluation: the input, the namespaces, the horizon and the memo of shared
+    sub-plans (equal nodes are evaluated once: common sub-plans are computed once)."""
+
+    inputs: Sequence[RefInput]
+    ns: Namespaces = ()
+    horizon: int = 0
+    memo: dict[Node, list[RefEvent]] = field(default_factory=dict)
+
+
+def horizon_of(inputs: Sequence[RefInput], lateness: int = 0) -> int:
+    """The time before which results are decided: the latest input time − lateness,
+    each in whole milliseconds (rounded down), as Spark's watermark counts them."""
+    latest = max((e.ts for e in inputs), default=0)
+    return 1000 * (latest // 1000 - lateness // 1000)
+
+
+def ordered(events: Iterable[RefEvent]) -> list[RefEvent]:
+    return sorted(events)
+
+
+def items_only(events: Iterable[RefEvent]) -> list[RefEvent]:
+    """The events that carry an item (no heartbeats)."""
+    return [e for e in events if e.item is not None]
+
+
+def heartbeats(events: Sequence[RefEvent]) -> list[RefEvent]:
+    """The heartbeats of ``events``."""
+    return [e for e in events if e.item is None]
+
+
+def run(node: Node, ctx: Context) -> list[RefEvent]:
+    """The output events of ``node`` (memoized: a shared sub-plan is computed once)."""
+    found = ctx.memo.get(node)
+    if found is None:
+        found = ordered(_evaluate(node, ctx))
+        ctx.memo[node] = found
+    return found
+
+
+@singledispatch
+def _evaluate(node: Node, ctx: Context) -> list[RefEvent]:
+    raise NotImplementedError(f"no reference semantics for {type(node).__name__}")
+
+
+register = _evaluate.register
+
+
+def has_semantics(node_type: type) -> bool:
+    """Whether a handler is registered for ``node_type``."""
+    return _evaluate.dispatch(node_type) is not _evaluate.dispatch(object)
