@@ -11,11 +11,14 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from roses_app.algebra.plan import Stream
 from roses_app.config import format_problems, load_config
 from roses_app.config.model import Config
 from roses_app.errors import ConfigError, RosesError
+
+if TYPE_CHECKING:
+    from roses_app.spark.layout import Layout
 
 log = logging.getLogger("roses")
 
@@ -42,9 +45,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_logical(config: Config, names: Sequence[str]) -> dict[str, Stream]:
+def _print_logical(config: Config, names: Sequence[str]) -> None:
     """Each stream's plan as written, then as rewritten; sub-plans shared by several
-    streams (computed once) are marked in both.  Returns the rewritten streams."""
+    streams (computed once) are marked in both."""
     from roses_app.algebra.explain import Sharing, format_plan
     from roses_app.algebra.rewrite import rewrite_streams, summary
 
@@ -65,7 +68,6 @@ def _print_logical(config: Config, names: Sequence[str]) -> dict[str, Stream]:
             continue
         print(f"== stream {name}: rewritten plan (rules: {summary(applied[name])})")
         print(new)
-    return rewritten
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -78,21 +80,37 @@ def cmd_explain(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    rewritten = _print_logical(config, names)
+    _print_logical(config, names)
     if args.logical_only:
         return EXIT_OK
-    from roses_app.spark.runner import stream_frame
+    from roses_app.algebra.explain import format_global
+    from roses_app.spark.runner import Engine, query_frames
     from roses_app.spark.session import build_session
+    from roses_app.store import Store
 
     settings = config.settings
     spark = build_session(settings.spark, settings.data_dir / "cache")
     log_dir = settings.data_dir / "spool" / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        print(f"== stream {name}: Spark plan (of the rewritten plan)")
-        frame = stream_frame(spark, log_dir, rewritten[name], settings.namespaces)
+    with Store(settings.data_dir / "store.sqlite") as store:
+        engine = Engine(spark, settings.namespaces, log_dir, settings.data_dir, store)  # type: ignore[arg-type]
+        layout, frames = query_frames(engine, [s.stream for s in config.streams.values()])
+    print("== the global plan (every stream; equal sub-plans are one node)")
+    print(format_global(layout.plan, _queries_of(layout)))
+    for qid, frame in frames:
+        print(f"== Spark query {qid}: its plan")
         frame.explain(extended=True)
     return EXIT_OK
+
+
+def _queries_of(layout: Layout) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for stream in layout.plan.streams:
+        try:
+            out[stream.name] = layout.query_of(stream.name)
+        except KeyError:
+            out[stream.name] = "?"
+    return out
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

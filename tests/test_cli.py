@@ -46,10 +46,7 @@ def test_explain_prints_the_plan_with_its_lines(capsys: pytest.CaptureFixture[st
     assert main(["explain", "--logical-only", "-c", str(config), "titles"]) == 0
     out = capsys.readouterr().out
     assert "Map μ xpath 'title'" in out
-    assert (
-        f"Union ∪ of 2  [{config}:8]  (shared by titles, volcano: computed once; a Spark view)"
-        in out
-    )
+    assert f"Union ∪ of 2  [{config}:8]  (shared by titles, volcano: computed once)" in out
     assert "== stream titles: rewritten plan: unchanged (no rule applies)" in out
     assert main(["explain", "--logical-only", "-c", str(config), "nope"]) == 2
 
@@ -129,8 +126,8 @@ def test_explain_shows_the_rewritten_plan_and_shared_subplans(
     out = explain_logical(tmp_path, capsys, "both", "sporty", "worldly")
     parts = (part.partition("\n") for part in out.split("== stream ")[1:])
     sections = {head: body for head, _, body in parts}
-    # σ(a) is in two streams: computed once (the reference's memo, a view on Spark) ...
-    shared = "(shared by both, sporty: computed once; a Spark view)"
+    # σ(a) is in two streams: computed once (the reference's memo, one node of the global plan) ...
+    shared = "(shared by both, sporty: computed once)"
     written = sections["sporty: logical plan"]
     assert f"Filter σ where \"category = 'sport'\"  [{tmp_path}/feeds.yaml:12]  {shared}" in written
     # ... so the rewriter does not fuse the selection above it into it
@@ -198,11 +195,13 @@ def test_explain_prints_sparks_plans(
     config.write_text((fixture / "feeds.yaml").read_text().replace("./data", str(tmp_path)))
     assert main(["explain", "-c", str(config), "topics"]) == 0
     out = capsys.readouterr().out
-    assert "== stream topics: Spark plan" in out
-    assert "== Physical Plan ==" in out
+    assert "== the global plan (every stream; equal sub-plans are one node)" in out
+    # the union of the two filters is one node, shared by two streams
+    assert "streams: titles, volcano; query: stateless (fused stage)" in out
+    assert "== Spark query stateless: its plan" in out
     physical = out.split("== Physical Plan ==")[1]
-    # The split function runs as a vectorized UDF, and only once per item.
-    assert physical.count("ArrowEvalPython") == 1
+    # Every function of every stream runs in one fused Arrow stage, once per item.
+    assert physical.count("MapInArrow") == 1 and "ArrowEvalPython" not in physical
 
 
 @pytest.mark.spark

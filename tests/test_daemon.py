@@ -38,7 +38,7 @@ def test_a_dead_query_is_started_again_from_its_own_closure(tmp_path: Path) -> N
         started.append(FakeQuery(True))
         return started[-1]
 
-    running = RunningQuery("hourly", "hourly-0", FakeQuery(False), restart)  # type: ignore[arg-type]
+    running = RunningQuery("gen-0", frozenset({"hourly"}), FakeQuery(False), restart)  # type: ignore[arg-type]
     daemon.queries = [running]
     daemon._check_queries()
     assert running.query is started[0] and daemon.counters["query_restarts"] == 1
@@ -63,16 +63,36 @@ def test_heartbeats_only_when_time_matters_and_nothing_arrived(tmp_path: Path) -
     daemon.close()
 
 
-def test_healthy_when_every_stream_and_shared_view_runs(tmp_path: Path) -> None:
-    daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
+TWO = """
+settings: {data_dir: ./data}
+sources:
+  a: {feed: "file:a.xml"}
+streams:
+  plain: {filter: {from: a, where: "true()"}}
+  hourly:
+    aggregate: {from: {window: {from: a, time: 1h, every: 1h}}, reduce: "<item/>"}
+"""
 
-    def running(name: str, active: bool) -> RunningQuery:
-        return RunningQuery(name, name, FakeQuery(active), lambda: FakeQuery(True))  # type: ignore[arg-type]
 
-    daemon.queries = [running("view-0123456789abcdef", True), running("hourly", True)]
-    assert daemon.health()["ok"]
-    daemon.queries = [running("view-0123456789abcdef", False), running("hourly", True)]
-    assert not daemon.health()["ok"]
-    daemon.queries = [running("view-0123456789abcdef", True)]
-    assert not daemon.health()["ok"]  # the stream's query is not there yet
+def test_health_tells_running_from_published_per_stream(tmp_path: Path) -> None:
+    from roses_app.store import OutRow
+
+    daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
+
+    def running(name: str, streams: set[str], active: bool) -> RunningQuery:
+        return RunningQuery(name, frozenset(streams), FakeQuery(active), lambda: FakeQuery(True))  # type: ignore[arg-type]
+
+    daemon.queries = [running("stateless", {"plain"}, True), running("gen-1", {"hourly"}, True)]
+    health = daemon.health()
+    assert health["ok"] and set(health["queries"]) == {"stateless", "gen-1"}
+    assert health["streams"]["plain"] == {"running": True, "published": False}
+    daemon.store.write_batch(
+        "stateless", 0, [OutRow("plain", "", 1, 1, "<item><guid>g</guid></item>")]
+    )
+    assert daemon.health()["streams"]["plain"] == {"running": True, "published": True}
+    daemon.queries = [running("stateless", {"plain"}, True), running("gen-1", {"hourly"}, False)]
+    health = daemon.health()
+    assert not health["ok"] and health["streams"]["hourly"]["running"] is False
+    daemon.queries = [running("stateless", {"plain"}, True)]
+    assert not daemon.health()["ok"]  # the stateful query is not there yet
     daemon.close()

@@ -149,7 +149,8 @@ def test_reduce_groups_reports_a_failing_group_and_keeps_the_others() -> None:
 @pytest.mark.spark
 def test_a_failing_reducer_is_counted_for_its_step(spark: object) -> None:
     from roses_app.items import Event
-    from roses_app.spark.runner import await_all, error_counter, start_queries
+    from roses_app.replay import MemorySink
+    from roses_app.spark.runner import Engine, await_all, error_counter, start_queries
     from roses_app.spool import write_events
 
     origin = Origin(stream="counted", step="counted/aggregate")
@@ -161,22 +162,13 @@ def test_a_failing_reducer_is_counted_for_its_step(spark: object) -> None:
     events = [
         Event("F", t, seq, "<item><title>x</title></item>") for seq, t in enumerate((1, 2, 2, 3))
     ]
-    rows: list[tuple[str, str, int, int, str]] = []
+    sink = MemorySink(["counted"])
     with tempfile.TemporaryDirectory() as work:
         write_events(Path(work) / "log" / "e.jsonl", [*events, Event("", 10**6, 9, None)])
         errors = error_counter(spark)  # type: ignore[arg-type]
-        queries = start_queries(
-            spark,  # type: ignore[arg-type]
-            [Stream("counted", plan)],
-            (),
-            Path(work) / "log",
-            Path(work) / "checkpoints",
-            lambda _q, _b, batch: rows.extend(batch),
-            once=True,
-            errors=errors,
-        )
-        await_all(queries)
-    assert sorted(ts for _, _, ts, _, _ in rows) == [1, 3]
+        engine = Engine(spark, (), Path(work) / "log", Path(work), sink, once=True, errors=errors)  # type: ignore[arg-type]
+        await_all(start_queries(engine, [Stream("counted", plan)]))
+    assert sorted(e.ts for e in sink.collected["counted"][""]) == [1, 3]
     assert errors.value == {"counted/aggregate": 1}
 
 

@@ -13,20 +13,16 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from roses_app.algebra.equikeys import EquiKey, equi_key, keyed_pairs
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, Source, TimeWindow, Window
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate
+from roses_app.algebra.reference import RefInput, evaluate
 from roses_app.config import load_config
 from roses_app.replay import EventList, run_reference
 from roses_app.spool import write_events
 from roses_app.xmlfn.keys import key_strings_batch
-
-if TYPE_CHECKING:
-    from roses_app.spark.runner import BatchSink
 
 
 @pytest.mark.parametrize(
@@ -156,41 +152,29 @@ def _chunk(start: int, first_seq: int) -> list[RefInput]:
     return events
 
 
-def _collect(out: list[RefEvent]) -> BatchSink:
-    def sink(_query: str, _batch: int, rows: list[tuple[str, str, int, int, str]]) -> None:
-        out.extend(RefEvent(ts, seq, item) for _, _, ts, seq, item in rows)
-
-    return sink
-
-
 @pytest.mark.spark
 def test_join_state_is_dropped_once_the_watermark_passes(tmp_path: Path, spark: object) -> None:
     from roses_app.items import Event
-    from roses_app.spark.runner import await_all, start_queries
+    from roses_app.replay import MemorySink
+    from roses_app.spark.runner import Engine, await_all, start_queries
 
     (tmp_path / "feeds.yaml").write_text(BOUNDED.format(data=tmp_path / "data"))
     config = load_config(tmp_path / "feeds.yaml")
     streams = [s.stream for s in config.streams.values()]
     seen: list[RefInput] = []
-    out: list[RefEvent] = []
+    sink = MemorySink(list(config.streams))  # one store for both runs
     state_rows = []
     for n in range(2):  # two runs, ten days apart, on one checkpoint
         chunk = _chunk(10 * n * DAY, len(seen))
         seen += chunk
         events = [Event(e.source, e.ts, e.seq, e.item) for e in chunk]
         write_events(tmp_path / "log" / f"{n}.jsonl", events)
-        sink = _collect(out)
-        running = start_queries(
-            spark,  # type: ignore[arg-type]
-            streams,
-            (),
-            tmp_path / "log",
-            tmp_path / "checkpoints",
-            sink,
-            once=True,
-        )
+        engine = Engine(spark, (), tmp_path / "log", tmp_path, sink, once=True)  # type: ignore[arg-type]
+        running = start_queries(engine, streams)
         await_all(running)
-        progress = running[0].query.lastProgress
+        assert [r.name for r in running][:1] == ["stateless"] and len(running) == 2
+        out = sink.collected["matched"].get("", [])
+        progress = running[-1].query.lastProgress
         assert progress["numInputRows"] == 0  # the last batch is the no-data one
         state_rows.append(sum(op["numRowsTotal"] for op in progress["stateOperators"]))
         # what is decided so far, no more: the last left item waits for the next run

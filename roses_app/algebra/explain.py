@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -19,7 +20,6 @@ from roses_app.algebra.plan import (
     Semijoin,
     Source,
     Split,
-    Stream,
     TimeWindow,
     Union,
     Unnest,
@@ -135,28 +135,45 @@ def shared_subplans(plans: Mapping[str, Node]) -> dict[Node, frozenset[str]]:
 
 @dataclass(frozen=True)
 class Sharing:
-    """What to mark in a plan: the sub-plans shared by several streams (the reference
-    evaluator computes them once), and those Spark computes once, into a view."""
+    """What to mark in a plan: the sub-plans shared by several streams (both engines
+    compute each of them once)."""
 
     streams: Mapping[Node, frozenset[str]]
-    views: frozenset[Node] = frozenset()
 
     @classmethod
     def of(cls, plans: Mapping[str, Node]) -> Sharing:
-        from roses_app.algebra.sharing import shared_subplans as spark_views
-
-        views = spark_views([Stream(name, plan) for name, plan in plans.items()])
-        return cls(shared_subplans(plans), frozenset(views))
+        return cls(shared_subplans(plans))
 
     def note(self, node: Node, above: frozenset[str]) -> str:
         streams = self.streams.get(node, frozenset())
-        view = node in self.views
         # Below a marked node everything is shared too: say it again only if more
-        # streams share it, or if Spark computes it into a view (the stateless part).
-        if not (streams > above or view):
+        # streams share it.
+        if not streams > above:
             return ""
-        where = "; a Spark view" if view else ""
-        return f"  (shared by {', '.join(sorted(streams))}: computed once{where})"
+        return f"  (shared by {', '.join(sorted(streams))}: computed once)"
+
+
+def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
+    """The global plan: each node of the DAG (inputs first) with its id, its inputs,
+    the streams that share it and the Spark queries that compute it (``queries``:
+    stream -> query id; stateless nodes all run in the fused stage)."""
+    lines = [
+        f"{len(plan.nodes)} nodes for {len(plan.streams)} streams; "
+        f"{len(plan.stateless_streams())} stateless, {len(plan.stateful_streams())} stateful, "
+        f"{len(plan.frontier())} frontier nodes, {len(plan.shared())} shared nodes"
+    ]
+    frontier = set(plan.frontier())
+    for dag in plan.nodes.values():
+        where = f" [{dag.node.origin.file}:{dag.node.origin.line}]" if dag.node.origin.line else ""
+        inputs = f" <- {', '.join(dag.inputs)}" if dag.inputs else ""
+        if dag.stateless:
+            runs = "stateless (fused stage)" + ("; frontier" if dag.node in frontier else "")
+        else:
+            runs = ", ".join(sorted({queries.get(s, "?") for s in dag.streams}))
+        users = ", ".join(sorted(dag.streams))
+        lines.append(f"{dag.id} {describe(dag.node)}{where}{inputs}")
+        lines.append(f"    streams: {users}; query: {runs}")
+    return "\n".join(lines)
 
 
 def _lines(node: Node, indent: str, sharing: Sharing, above: frozenset[str]) -> Iterator[str]:

@@ -176,6 +176,13 @@ def start_queries(engine: Engine, streams: Sequence[Stream]) -> list[RunningQuer
 
 
 def start_stateless(engine: Engine, layout: Layout) -> RunningQuery:
+    frame, handle = stateless_query(engine, layout)
+    names = frozenset(s.name for s in layout.stateless)
+    return engine.start(STATELESS_QUERY, names, frame, handle)
+
+
+def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHandler]:
+    """The stateless query's frame (the fused stage over the spool) and its sink."""
     plan = layout.plan
     frontier = plan.frontier(s for g in layout.generations for s in g.streams if s.name in g.live)
     outputs = [(s.plan, plan.id_of(s.plan)) for s in layout.stateless]
@@ -187,9 +194,7 @@ def start_stateless(engine: Engine, layout: Layout) -> RunningQuery:
         streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
     keys = {plan.id_of(node) for node in frontier}
     frame = fused_frame(events_stream(engine.spark, engine.log_dir), program, engine.errors)
-    handle = stateless_handler(engine, streams_of, keys if frontier else None)
-    names = frozenset(s.name for s in layout.stateless)
-    return engine.start(STATELESS_QUERY, names, frame, handle)
+    return frame, stateless_handler(engine, streams_of, keys if frontier else None)
 
 
 def split_rows(
@@ -282,6 +287,14 @@ def backfill_generation(engine: Engine, layout: Layout, generation: Generation) 
 
 
 def start_generation(engine: Engine, generation: Generation) -> RunningQuery:
+    frame = generation_frame(engine, generation)
+    handle = output_handler(engine, generation)
+    return engine.start(generation.id, generation.live, frame, handle)
+
+
+def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
+    """All the stateful streams of a generation as one frame of output rows, over the
+    frontier log (live rows after its boundary, its backfill before)."""
     plan = GlobalPlan.of(generation.streams)
     events = with_watermark(engine.frontier.stream(engine.spark, generation.id), engine.lateness)
     if generation.boundary > 0:
@@ -298,7 +311,19 @@ def start_generation(engine: Engine, generation: Generation) -> RunningQuery:
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other)
-    return engine.start(generation.id, generation.live, frame, output_handler(engine, generation))
+    return frame
+
+
+def query_frames(
+    engine: Engine, streams: Sequence[Stream]
+) -> tuple[Layout, list[tuple[str, DataFrame]]]:
+    """What ``start_queries`` would run now, without starting or changing anything
+    (for ``roses explain``): the layout and each query's frame."""
+    streams = rewrite_streams(streams, engine.namespaces)
+    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
+    frames = [(STATELESS_QUERY, stateless_query(engine, layout)[0])] if layout.query_ids() else []
+    frames += [(g.id, generation_frame(engine, g)) for g in layout.generations]
+    return layout, frames
 
 
 def output_handler(engine: Engine, generation: Generation) -> BatchHandler:
