@@ -1,0 +1,161 @@
+"""The global plan: one DAG for every stream, few Spark queries, plan changes that
+leave the other streams alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roses_app.algebra.globalplan import GlobalPlan, frontier_of
+from roses_app.algebra.plan import (
+    Aggregate,
+    Filter,
+    Map,
+    Source,
+    Split,
+    Stream,
+    TimeWindow,
+    Union,
+    Window,
+    XQuery,
+)
+from roses_app.algebra.program import build_program
+from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.items import Event
+from roses_app.replay import MemorySink
+from roses_app.spool import write_events
+
+VOLCANO = Filter(Source("a"), "contains(lower-case(string(.)), 'volcano')")
+DIGEST = XQuery("<item><title>{ count($items) }</title></item>")
+
+
+def test_equal_subplans_of_different_streams_are_one_node() -> None:
+    both = Union((VOLCANO, Filter(Source("b"), "true()")))
+    streams = [
+        Stream("volcano", VOLCANO),
+        Stream("titles", Map(both, xpath="title")),
+        Stream("split", Split(both, "string(category)")),
+        Stream("hourly", Aggregate(Window(VOLCANO, TimeWindow(10, 10)), DIGEST, "hourly")),
+    ]
+    plan = GlobalPlan.of(streams)
+    volcano = plan.nodes[plan.id_of(VOLCANO)]
+    assert volcano.streams == {"volcano", "titles", "split", "hourly"}
+    assert plan.nodes[plan.id_of(both)].streams == {"titles", "split"}
+    assert len([d for d in plan.nodes.values() if isinstance(d.node, Source)]) == 2
+    assert [s.name for s in plan.stateless_streams()] == ["volcano", "titles", "split"]
+    assert [s.name for s in plan.stateful_streams()] == ["hourly"]
+    assert plan.frontier() == [VOLCANO]  # what the aggregate's window reads
+    # inputs come before the nodes that read them
+    order = list(plan.nodes)
+    for dag in plan.nodes.values():
+        assert all(order.index(i) < order.index(dag.id) for i in dag.inputs)
+    # ids are fingerprints of what a node computes: the same in any config
+    assert GlobalPlan.of(streams[:1]).id_of(VOLCANO) == plan.id_of(VOLCANO)
+
+
+def test_the_frontier_stops_at_the_first_stateless_node() -> None:
+    inner = Window(Filter(VOLCANO, "title"), TimeWindow(5))
+    assert list(frontier_of(Aggregate(inner, DIGEST))) == [Filter(VOLCANO, "title")]
+    assert list(frontier_of(VOLCANO)) == []
+
+
+def test_a_program_has_one_step_per_distinct_node() -> None:
+    streams = [Stream(f"s{n}", Filter(Source("a"), f"contains(., 'w{n % 3}')")) for n in range(9)]
+    program = build_program([(s.plan, s.name) for s in streams])
+    assert program.describe() == "4 steps (3 filter, 1 source), 9 outputs"
+
+
+def _events(n: int, first_seq: int = 1, start: int = 1) -> list[RefInput]:
+    words = ["volcano", "ash", "football", "rain"]
+    return [
+        RefInput(
+            "ab"[k % 2],
+            start + k,
+            first_seq + k,
+            f"<item><title>{words[k % 4]} {k}</title><guid>g{first_seq + k}</guid>"
+            f"<category>{words[(k // 2) % 4]}</category></item>",
+        )
+        for k in range(n)
+    ]
+
+
+def _write(folder: Path, name: str, events: list[RefInput]) -> None:
+    write_events(folder / name, [Event(e.source, e.ts, e.seq, e.item) for e in events])
+
+
+def _run(spark: Any, work: Path, streams: list[Stream], sink: MemorySink) -> list[Any]:
+    from roses_app.spark.runner import Engine, await_all, start_queries
+
+    engine = Engine(spark, (), work / "log", work, sink, once=True)
+    running = start_queries(engine, streams)
+    await_all(running)
+    return running
+
+
+def _subscriptions(n: int) -> list[Stream]:
+    words = ["volcano", "ash", "football", "rain", "storm"]
+    return [
+        Stream(
+            f"sub{k}",
+            Filter(Source("ab"[k % 2]), f"contains(lower-case(title), '{words[k % 5]}')"),
+        )
+        for k in range(n)
+    ]
+
+
+@pytest.mark.spark
+def test_one_query_for_1_and_for_200_stateless_streams(tmp_path: Path, spark: Any) -> None:
+    events = _events(40)
+    counts = {}
+    for n in (1, 200):
+        work = tmp_path / str(n)
+        _write(work / "log", "e.jsonl", events)
+        streams = _subscriptions(n)
+        sink = MemorySink([s.name for s in streams])
+        running = _run(spark, work, streams, sink)
+        counts[n] = len(running)
+        # one file-stream read of the spool in that query
+        assert len(running[0].query.lastProgress["sources"]) == 1
+        expected = evaluate_streams(streams, events)
+        got = {
+            name: {p: sorted(e) for p, e in parts.items()} for name, parts in sink.collected.items()
+        }
+        assert {k: v for k, v in got.items() if v} == {
+            k: v for k, v in expected.items() if v.get("")
+        }
+    assert counts == {1: 1, 200: 1}
+
+
+@pytest.mark.spark
+def test_adding_streams_recomputes_only_them(tmp_path: Path, spark: Any) -> None:
+    """A new stateless and a new stateful stream are computed from the whole spool;
+    the streams that were there go on from where they were, nothing recomputed."""
+    hourly = Aggregate(Window(VOLCANO, TimeWindow(10, 10)), DIGEST, "hourly")
+    old = [Stream("volcano", VOLCANO), Stream("hourly", hourly)]
+    new = [
+        *old,
+        Stream("rain", Filter(Source("b"), "contains(., 'rain')")),
+        Stream(
+            "ash",
+            Aggregate(
+                Window(Filter(Source("b"), "contains(., 'ash')"), TimeWindow(10, 10)), DIGEST, "ash"
+            ),
+        ),
+    ]
+    first, second = _events(30), _events(30, first_seq=31, start=31)
+    sink = MemorySink([s.name for s in new])
+    _write(tmp_path / "log", "1.jsonl", first)
+    running = _run(spark, tmp_path, old, sink)
+    assert [r.name for r in running][:1] == ["stateless"] and len(running) == 2
+    _write(tmp_path / "log", "2.jsonl", [*second, RefInput("", 10**4, 61, None)])
+    running = _run(spark, tmp_path, new, sink)
+    # the stateless query goes on; the new stateful stream gets a generation of its own
+    assert [r.name for r in running][:2] == ["stateless", running[1].name] and len(running) == 3
+    expected = evaluate_streams(new, [*first, *second, RefInput("", 10**4, 61, None)])
+    for name in ("volcano", "hourly"):
+        written = sink.collected[name][""]
+        assert len(written) == len(set(written)), f"{name}: rows written again"
+    for name in ("volcano", "rain", "ash", "hourly"):
+        assert sorted(sink.collected[name].get("", [])) == expected[name][""], name
