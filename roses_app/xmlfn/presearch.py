@@ -2,12 +2,11 @@
 
 As in Lucene's Monitor, each observer is analysed once into a *necessary condition*:
 terms ``(field, lowered, text)``, one of which occurs whenever the observer is true:
-``text`` is in the string value of ``field`` (after ``str.lower()``, which is what
-elementpath's ``lower-case`` does, if ``lowered``).  ``field`` is ``.`` (the item) or
-a simple path (``title``, ``{uri}creator``, ``enclosure/@url``, ``@lang``; a ``[1]``
-suffix: the first node only).  A field's terms share one Aho-Corasick automaton: an
-item costs one scan per field, then only the observers of the terms found are looked
-at, plus those without a condition.  The forms understood are listed in ``_analyse``.
+``text`` is in the string value of ``field``, after ``str.lower()`` (elementpath's
+``lower-case``) if ``lowered``.  ``field`` is ``.`` (the item) or a simple path
+(``title``, ``{uri}creator``, ``enclosure/@url``, ``@lang``, ``title[1]``).  Terms
+share one Aho-Corasick automaton per field: an item costs one scan per field, then
+only the observers of the terms found are looked at (forms understood: ``_analyse``).
 
 An *exact* observer's truth is a formula over where its terms occur (anywhere, at the
 start or end of a value, as a whole value): no XPath is evaluated for it.  A leaf is
@@ -64,18 +63,12 @@ class Leaf:
 
 
 @dataclass(frozen=True)
-class Not:
-    operand: Formula
+class Gate:
+    op: str  # "not" (one argument), "and" or "or" (two)
+    args: tuple[Formula, ...]
 
 
-@dataclass(frozen=True)
-class Junction:
-    conjunction: bool  # and, else or
-    left: Formula
-    right: Formula
-
-
-Formula = Leaf | Not | Junction | bool  # a bool: a constant
+Formula = Leaf | Gate | bool  # a bool: a constant
 
 
 @dataclass(frozen=True)
@@ -140,7 +133,7 @@ def _analyse(token: Any, parser: Any) -> Analysis:
         return _junction(symbol == "and", left, right)
     if _is_function(token, "not", 1):
         formula = _analyse(token[0], parser)[1]
-        return None, (None if formula is None else Not(formula))
+        return None, (None if formula is None else Gate("not", (formula,)))
     if symbol in ("true", "false") and _is_function(token, symbol, 0):
         # false() is never true: an empty set of terms, no term is needed
         return (None if symbol == "true" else frozenset()), symbol == "true"
@@ -151,20 +144,17 @@ def _analyse(token: Any, parser: Any) -> Analysis:
     return _NOTHING
 
 
-def _selectivity(terms: frozenset[Term]) -> tuple[int, int]:
-    """Smaller fires less: fewer terms, then a longer shortest term."""
-    return len(terms), -min((len(t.text) for t in terms), default=0)
-
-
 def _junction(conjunction: bool, left: Analysis, right: Analysis) -> Analysis:
     sides = [terms for terms in (left[0], right[0]) if terms is not None]
     if conjunction:  # either side's condition is necessary: keep the one firing less
-        terms = min(sides, key=_selectivity) if sides else None
+        # (fewer terms, then a longer shortest term)
+        sides.sort(key=lambda ts: (len(ts), -min((len(t.text) for t in ts), default=0)))
+        terms = sides[0] if sides else None
     else:
         terms = sides[0] | sides[1] if len(sides) == 2 else None
     if left[1] is None or right[1] is None:
         return terms, None
-    return terms, Junction(conjunction, left[1], right[1])
+    return terms, Gate("and" if conjunction else "or", (left[1], right[1]))
 
 
 def _literals(token: Any) -> list[str] | None:
@@ -205,7 +195,7 @@ def _comparison(token: Any, parser: Any) -> Analysis:
         return frozenset(terms), None
     formula: Formula = Leaf(terms[0], WHOLE)
     for term in terms[1:]:
-        formula = Junction(False, formula, Leaf(term, WHOLE))
+        formula = Gate("or", (formula, Leaf(term, WHOLE)))
     return frozenset(terms), formula
 
 
@@ -311,11 +301,9 @@ def _string_values(nodes: list[etree._Element], unusual: bool) -> tuple[list[str
 
 def field_reader(key: str) -> Reader:
     """The reader of the field ``key`` (see the module docstring)."""
-    if key == WHOLE_ITEM:
-        return lambda item, unusual: _string_values([item], unusual)
     first = key.endswith("[1]")
-    steps = _STEP.findall(key[:-3] if first else key)
-    attribute = steps.pop()[1:] if steps[-1].startswith("@") else None
+    steps = [] if key == WHOLE_ITEM else _STEP.findall(key[:-3] if first else key)
+    attribute = steps.pop()[1:] if steps and steps[-1].startswith("@") else None
 
     def read(item: etree._Element, unusual: bool) -> tuple[list[str], bool]:
         nodes = [item]
@@ -346,26 +334,28 @@ def _check(formula: Formula, ids: Callable[[Term], int], leaves: list[Leaf]) -> 
     if isinstance(formula, bool):
         value = formula
         return lambda found: value
-    if isinstance(formula, Not):
-        operand = _check(formula.operand, ids, leaves)
+    checks = [_check(arg, ids, leaves) for arg in formula.args]
+    if formula.op == "not":
+        operand = checks[0]
         return lambda found: not operand(found)
-    left, right = _check(formula.left, ids, leaves), _check(formula.right, ids, leaves)
-    if formula.conjunction:
+    left, right = checks
+    if formula.op == "and":
         return lambda found: left(found) and right(found)
     return lambda found: left(found) or right(found)
 
 
 def _scan(automaton: Any, text: str, found: dict[int, int]) -> None:
-    last = len(text) - 1
+    last, get = len(text) - 1, found.get
     for end, (tid, size, anchored) in automaton.iter(text):
-        flags = ANY
-        if anchored:  # only terms under starts-with, ends-with or = pay for this
-            start = end - size + 1
-            if start == 0 or text[start - 1] == SEPARATOR:
-                flags |= START
-            if end == last or text[end + 1] == SEPARATOR:
-                flags |= (END | WHOLE) if flags & START else END
-        found[tid] = found.get(tid, 0) | flags
+        if not anchored:  # the common case: a term found has at least ANY already
+            found.setdefault(tid, ANY)
+            continue
+        flags, start = ANY, end - size + 1
+        if start == 0 or text[start - 1] == SEPARATOR:
+            flags |= START
+        if end == last or text[end + 1] == SEPARATOR:
+            flags |= (END | WHOLE) if flags & START else END
+        found[tid] = get(tid, 0) | flags
 
 
 class Presearcher(Generic[K]):
@@ -429,13 +419,13 @@ class Presearcher(Generic[K]):
         if irregular(item):
             return set(), set(self._keys)
         found, ambiguous = self._found(item)
+        keys, checks, uses, postings = self._keys, self._checks, self._uses, self._postings
         hit: set[int] = set()
         for tid in found:
-            hit.update(self._postings.get(tid, ()))
+            hit.update(postings.get(tid, ()))
         hit.update(self._always_exact)
         accepted: set[K] = set()
         candidates = set(self._always_open)
-        keys, checks, uses = self._keys, self._checks, self._uses
         for index in hit:
             check = checks[index]
             if check is None or (ambiguous and not ambiguous.isdisjoint(uses[index])):
