@@ -97,7 +97,7 @@ class Daemon:
             "query_restarts": 0,
         }
         self._lock = threading.Lock()
-        self._restarts: dict[str, tuple[float, float]] = {}  # stream -> (delay, not before)
+        self._restarts: dict[str, tuple[float, float]] = {}  # query -> (delay, not before)
 
     # -- stage glue -----------------------------------------------------------------
     def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
@@ -168,6 +168,7 @@ class Daemon:
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
         await_all(self.queries)
+        self.spool.compact()
         out = export_dir or self.config.settings.data_dir / "public"
         written = export_static(self.config, self.store, out)
         return {
@@ -194,10 +195,16 @@ class Daemon:
             self.scheduler.start()
             self.mail.start()
             beating = needs_time(self.streams())
+            compacted = time.monotonic()
             while not stop.wait(1.0):
                 self._check_queries()
                 if beating:
                     self._heartbeat()
+                if time.monotonic() - compacted >= self.config.settings.compact_every_seconds:
+                    compacted = time.monotonic()
+                    merged = self.spool.compact()
+                    if merged:
+                        log.info("spool: merged %d archived file(s)", merged)
         finally:
             log.info("stopping: finishing polls and the batch in flight")
             self.scheduler.shutdown(wait=True)

@@ -5,6 +5,10 @@ Layout under ``data_dir/spool``::
     log/   one JSON Lines file per append, named by its first seq; Spark's file
            source reads this folder as a stream and records in its checkpoint
            which files it has processed, so a restart neither loses nor repeats.
+    archive/  the files Spark has committed: its file source moves them here
+           (``cleanSource: archive``, keeping their full path below), so listing
+           ``log/`` costs what is pending, not the spool's whole history.
+           :meth:`Spool.compact` merges archived files into few big ones.
     tmp/   files being written; renamed into log/ only once fsynced.
     index.sqlite   dedup keys (source, guid or link, content hash), the files
            already indexed, and the last seq/ts handed out.
@@ -53,11 +57,13 @@ class Spool:
     def __init__(self, root: Path, clock: Callable[[], int] = wall_clock_micros) -> None:
         self.root = Path(root)
         self.log_dir = self.root / "log"
+        self.archive_dir = self.root / "archive"
         self.tmp_dir = self.root / "tmp"
         self._clock = clock
         self._lock = threading.Lock()
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.archive_dir.mkdir(parents=True, exist_ok=True)
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.root / "index.sqlite", check_same_thread=False)
             self._db.executescript(_SCHEMA)
@@ -69,6 +75,7 @@ class Spool:
     def _recover(self) -> None:
         for leftover in self.tmp_dir.iterdir():
             leftover.unlink()  # never renamed, so never visible to Spark: discard
+        finish_compaction(self.archive_dir)
         known = {row[0] for row in self._db.execute("SELECT name FROM files")}
         for path in sorted(self.log_dir.glob("*.jsonl")):
             if path.name not in known:
@@ -168,16 +175,72 @@ class Spool:
             raise SpoolError(f"cannot append to the spool at {self.root}: {exc}") from exc
 
     # -- reading ----------------------------------------------------------------
+    def files(self) -> list[Path]:
+        """Every spool file: archived ones, then those Spark has still to commit."""
+        archived = sorted(self.archive_dir.rglob("*.jsonl"))
+        return archived + sorted(self.log_dir.glob("*.jsonl"))
+
     def events(self) -> Iterator[Event]:
         """Every event in the spool, in seq order."""
-        for path in sorted(self.log_dir.glob("*.jsonl")):
+        for path in self.files():
             yield from read_file(path)
 
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM keys").fetchone()[0])
 
+    def compact(self, min_files: int = 2) -> int:
+        """Merge the archived files into one (when there are at least ``min_files``);
+        returns how many were merged.  Only files Spark has committed are ever
+        archived, so nothing a running query still has to read is touched."""
+        with self._lock:
+            return compact_archive(self.archive_dir, self.tmp_dir, min_files)
+
     def close(self) -> None:
         self._db.close()
+
+
+MARKER = ".compacting"
+
+
+def compact_archive(archive: Path, tmp_dir: Path, min_files: int) -> int:
+    """Merge archived files: the merged file is written and fsynced, a marker lists
+    the files it replaces, it is renamed in place, the old files are removed, then
+    the marker.  A crash at any step is finished or undone by
+    :func:`finish_compaction` (no event is lost or read twice)."""
+    # merged files stay as they are: each compaction costs what arrived since the last
+    olds = sorted(p for p in archive.rglob("*.jsonl") if not p.name.startswith("merged-"))
+    if len(olds) < min_files:
+        return 0
+    events = sorted((e for path in olds for e in read_file(path)), key=lambda e: e.seq)
+    name = f"merged-{events[0].seq:020d}-{events[-1].seq:020d}.jsonl" if events else ""
+    if not name:
+        for path in olds:
+            path.unlink()
+        return len(olds)
+    tmp = tmp_dir / name
+    with open(tmp, "w", encoding="utf-8") as fh:
+        _dump(fh, events)
+        fh.flush()
+        os.fsync(fh.fileno())
+    marker = archive / MARKER
+    marker.write_text("\n".join([name, *(str(p.relative_to(archive)) for p in olds)]))
+    os.replace(tmp, archive / name)
+    finish_compaction(archive)
+    return len(olds)
+
+
+def finish_compaction(archive: Path) -> None:
+    """After a crash: remove the files a merged file replaced (if it is in place),
+    or forget the marker (if it is not: the old files are all still there)."""
+    marker = archive / MARKER
+    if not marker.exists():
+        return
+    merged, *olds = marker.read_text().splitlines()
+    if (archive / merged).exists():
+        for old in olds:
+            if old != merged:
+                (archive / old).unlink(missing_ok=True)
+    marker.unlink()
 
 
 def read_file(path: Path) -> Iterator[Event]:

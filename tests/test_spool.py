@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from roses_app.spool import Spool
+from roses_app.spool import Spool, write_events
 
 
 def items(*guids: str) -> list[tuple[str, int | None]]:
@@ -64,3 +64,59 @@ def test_a_heartbeat_is_an_event_without_item_that_moves_time_on(tmp_path: Path)
     assert spool.count() == 1  # heartbeats are not items: nothing to deduplicate
     assert [e.item is None for e in spool.events()] == [False, True]
     assert spool.last_ts() == beat.ts
+
+
+def _archive_all(spool: Spool) -> None:
+    """What Spark's file source does with committed files: move them to the archive,
+    below their full path."""
+    for path in sorted(spool.log_dir.glob("*.jsonl")):
+        target = spool.archive_dir / str(path.parent).lstrip("/") / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(target)
+
+
+def test_compaction_merges_archived_files_and_keeps_every_event(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    for n in range(20):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None)])
+    spool.heartbeat()
+    before = list(spool.events())
+    _archive_all(spool)
+    spool.append("a", [("<item><guid>late</guid></item>", None)])  # not committed yet
+    assert spool.compact(min_files=16) == 21
+    assert len(list(spool.archive_dir.rglob("*.jsonl"))) == 1
+    assert len(list(spool.log_dir.glob("*.jsonl"))) == 1  # what Spark still has to read
+    assert [e.seq for e in spool.events()] == [e.seq for e in before] + [22]
+    assert spool.compact(min_files=16) == 0  # nothing new: the merged file stays
+    spool.close()
+
+
+def test_a_compaction_cut_short_is_finished_or_undone(tmp_path: Path) -> None:
+    from roses_app.spool import MARKER, finish_compaction
+
+    spool = Spool(tmp_path / "spool")
+    for n in range(3):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None)])
+    _archive_all(spool)
+    olds = sorted(spool.archive_dir.rglob("*.jsonl"))
+    events = list(spool.events())
+    # killed after the marker, before the merged file was renamed in place: undone
+    (spool.archive_dir / MARKER).write_text(
+        "merged-x.jsonl\n" + "\n".join(str(p.relative_to(spool.archive_dir)) for p in olds)
+    )
+    finish_compaction(spool.archive_dir)
+    assert sorted(spool.archive_dir.rglob("*.jsonl")) == olds and list(spool.events()) == events
+    # killed after the rename, before the old files were removed: finished on open
+    spool.compact(min_files=1)
+    assert list(spool.events()) == events
+    spool.close()
+    merged = next(spool.archive_dir.glob("merged-*.jsonl"))
+    (spool.archive_dir / MARKER).write_text(
+        merged.name + "\n" + "\n".join(str(p.relative_to(spool.archive_dir)) for p in olds)
+    )
+    for path in olds:  # the old files are back, as if their removal never happened
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_events(path, [e for e in events if f"{e.seq:020d}" in path.name])
+    reopened = Spool(tmp_path / "spool")
+    assert list(reopened.events()) == events
+    reopened.close()

@@ -131,7 +131,7 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
         problems,
         node,
         "settings",
-        optional=("data_dir", "http", "spark", "fetch", "namespaces", "lateness"),
+        optional=("data_dir", "http", "spark", "fetch", "namespaces", "lateness", "spool"),
     )
 
     data_dir = s.string("data_dir", None)
@@ -182,6 +182,8 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
             namespaces.append((prefix, uri))
 
     lateness = s.duration("lateness", 0.0, positive=False)
+    spool_section = s.section("spool", optional=("compact_every",))
+    compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
     return Settings(
         data_dir=data_path,
         http=http,
@@ -189,6 +191,7 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
         fetch=fetch,
         namespaces=tuple(namespaces),
         lateness=round(lateness * 1_000_000),
+        compact_every_seconds=compact_every,
     )
 
 

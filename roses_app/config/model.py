@@ -54,6 +54,8 @@ class Settings:
     # How late (µs) an event may come and still update windows and joins: Spark's
     # watermark delay, and what the reference evaluator holds back as undecided.
     lateness: int = 0
+    # How often the daemon merges the spool's archived files (seconds).
+    compact_every_seconds: float = 600.0
 
 
 @dataclass(frozen=True)

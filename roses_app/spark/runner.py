@@ -73,9 +73,26 @@ class Sink(Ledger, Protocol):
         ...
 
 
+def archive_of(log_dir: Path) -> Path:
+    """Where Spark moves the spool files it has committed (see :mod:`roses_app.spool`)."""
+    return log_dir.parent / "archive"
+
+
 def events_stream(spark: SparkSession, log_dir: Path) -> DataFrame:
-    """The spool's events as a streaming DataFrame."""
-    return spark.readStream.schema(SPARK_SCHEMA_DDL).json(str(log_dir))
+    """The spool's events as a streaming DataFrame; the files of committed batches
+    are moved to the spool's archive, so each trigger lists only what is new."""
+    reader = spark.readStream.schema(SPARK_SCHEMA_DDL)
+    reader = reader.option("cleanSource", "archive")
+    reader = reader.option("sourceArchiveDir", str(archive_of(log_dir)))
+    return reader.json(str(log_dir))
+
+
+def spool_events(spark: SparkSession, log_dir: Path) -> DataFrame:
+    """Every event of the spool, archived or not (a batch read, for backfills)."""
+    archive = archive_of(log_dir)
+    archive.mkdir(parents=True, exist_ok=True)
+    reader = spark.read.schema(SPARK_SCHEMA_DDL).option("recursiveFileLookup", "true")
+    return reader.json([str(log_dir), str(archive)])
 
 
 def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
@@ -258,7 +275,7 @@ def backfill_stateless(engine: Engine, layout: Layout) -> None:
 
 def _backfill_table(engine: Engine, program: Program, position: int) -> object:
     """The fused program over the spool events up to ``position`` (a batch job)."""
-    events = engine.spark.read.schema(SPARK_SCHEMA_DDL).json(str(engine.log_dir))
+    events = spool_events(engine.spark, engine.log_dir)
     return fused_frame(events.where(F.col("seq") <= position), program, engine.errors).toArrow()
 
 

@@ -35,6 +35,11 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         # watermark closed only in a no-data batch; availableNow (replay, once) runs
         # its final one only when these are on.  Stateless queries never get one.
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        # A generation query unions the branches of many streams; two streams that
+        # share a stateful node (an aggregate, say) each carry a copy of it, and
+        # Spark's reuse of identical shuffles then feeds the second copy's state
+        # operator from the first one's exchange, which loses its output.
+        "spark.sql.exchange.reuse": "false",
         # Adaptive execution does not apply to streaming queries (Spark warns if on).
         "spark.sql.adaptive.enabled": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
