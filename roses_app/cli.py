@@ -93,7 +93,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     log_dir = settings.data_dir / "spool" / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     with Store(settings.data_dir / "store.sqlite") as store:
-        engine = Engine(spark, settings.namespaces, log_dir, settings.data_dir, store)  # type: ignore[arg-type]
+        engine = Engine(spark, settings.namespaces, log_dir, settings.data_dir, store)
         layout, frames = query_frames(engine, [s.stream for s in config.streams.values()])
     print("== the global plan (every stream; equal sub-plans are one node)")
     print(format_global(layout.plan, _queries_of(layout)))

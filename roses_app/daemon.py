@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
 from roses_app.publish.server import HttpServer, create_app
 from roses_app.spool import Spool
-from roses_app.store import Store
+from roses_app.store import RowLike, Store
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _StoreSink:
         self,
         query_id: str,
         batch_id: int,
-        rows: list[tuple[str, str, int, int, str]],
+        rows: Sequence[RowLike],
         position: int | None = None,
     ) -> bool:
         return self.daemon.write_batch(query_id, batch_id, rows, position)
@@ -114,7 +114,7 @@ class Daemon:
         self,
         query_id: str,
         batch_id: int,
-        rows: list[tuple[str, str, int, int, str]],
+        rows: Sequence[RowLike],
         position: int | None = None,
     ) -> bool:
         """Spark sink: idempotent per (query, batch id), one transaction per batch."""

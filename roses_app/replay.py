@@ -22,6 +22,7 @@ from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.config.model import Config
 from roses_app.errors import RosesError
 from roses_app.items import Event, iso8601, micros_of, parse_item, safe_filename
+from roses_app.store import RowLike, out_row
 
 Outputs = dict[str, dict[str, list[RefEvent]]]  # stream -> part -> events
 
@@ -113,14 +114,16 @@ class MemorySink:
         self,
         query_id: str,
         batch_id: int,
-        rows: list[tuple[str, str, int, int, str]],
+        rows: Sequence[RowLike],
         position: int | None = None,
     ) -> bool:
         if (query_id, batch_id) in self._applied:
             return False
         self._applied.add((query_id, batch_id))
-        for stream, part, ts, seq, item in rows:
-            self.collected[stream].setdefault(part, []).append(RefEvent(ts, seq, item))
+        for row in map(out_row, rows):
+            self.collected[row.stream].setdefault(row.part, []).append(
+                RefEvent(row.ts, row.seq, row.item)
+            )
         if position is not None:
             self._positions[query_id] = max(position, self._positions.get(query_id, 0))
         return True

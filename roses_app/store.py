@@ -81,6 +81,16 @@ CREATE TABLE IF NOT EXISTS batches (
 """
 
 
+_UPSERT = """
+INSERT INTO entries(stream, part, guid, ts, seq, item, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(stream, part, guid) DO UPDATE SET
+    ts = excluded.ts, seq = excluded.seq, item = excluded.item, updated_at = excluded.updated_at
+WHERE (excluded.ts > entries.ts OR (excluded.ts = entries.ts AND excluded.seq >= entries.seq))
+  AND NOT (excluded.ts = entries.ts AND excluded.seq = entries.seq AND excluded.item = entries.item)
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class OutRow:
     """One output event of a stream, as the Spark sink hands it over.
@@ -95,6 +105,17 @@ class OutRow:
     ts: int
     seq: int
     item: str
+    # the item's identity when the producer already knows it (the fused stage
+    # computes it on the workers from the tree it parsed); else found here
+    guid: str | None = None
+
+
+# what a sink hands over: an OutRow or its fields (stream, part, ts, seq, item[, guid])
+RowLike = OutRow | tuple[str, str, int, int, str] | tuple[str, str, int, int, str, str | None]
+
+
+def out_row(row: RowLike) -> OutRow:
+    return row if isinstance(row, OutRow) else OutRow(*row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +238,7 @@ class Store:
         self,
         query_id: str,
         batch_id: int,
-        rows: Sequence[OutRow | tuple[str, str, int, int, str]],
+        rows: Sequence[RowLike],
         position: int | None = None,
     ) -> bool:
         """Apply one micro-batch atomically; False (and no change) if already applied.
@@ -226,7 +247,7 @@ class Store:
         transaction.  Only the last batches of a query are remembered: Spark replays
         at most the batch after its last commit, so older ids can never come again.
         """
-        prepared = self._prepare([r if isinstance(r, OutRow) else OutRow(*r) for r in rows])
+        prepared = self._prepare([out_row(r) for r in rows])
         now = self._clock()
         with self._transaction(f"cannot write batch {batch_id} of {query_id}") as conn:
             applied = conn.execute(
@@ -235,8 +256,7 @@ class Store:
             ).fetchone()
             if applied:
                 return False  # nothing was written: the commit is empty
-            for row, guid in prepared:
-                self._upsert(conn, row, guid, now)
+            self._upsert_all(conn, prepared, now)
             conn.execute(
                 "INSERT INTO batches(query_id, batch_id, applied_at, rows) VALUES (?, ?, ?, ?)",
                 (query_id, int(batch_id), now, len(prepared)),
@@ -294,6 +314,9 @@ class Store:
         """Compute guids outside the lock; oldest first so the newest version wins."""
         out: list[tuple[OutRow, str]] = []
         for row in sorted(rows, key=lambda r: (r.ts, r.seq)):
+            if row.guid:
+                out.append((row, row.guid))
+                continue
             try:
                 element = parse_item(row.item)
             except etree.XMLSyntaxError as exc:
@@ -308,36 +331,26 @@ class Store:
         return out
 
     @staticmethod
-    def _upsert(conn: sqlite3.Connection, row: OutRow, guid: str, now: float) -> None:
-        old = conn.execute(
-            "SELECT ts, seq, item FROM entries WHERE stream = ? AND part = ? AND guid = ?",
-            (row.stream, row.part, guid),
-        ).fetchone()
-        changed = True
-        if old is None:
-            conn.execute(
-                "INSERT INTO entries(stream, part, guid, ts, seq, item, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (row.stream, row.part, guid, row.ts, row.seq, row.item, now, now),
-            )
-        else:
-            # An older event of the item (an outer join's lonely row, decided only
-            # after its enriched pair was published) never replaces a newer one.
-            changed = (row.ts, row.seq) >= (old[0], old[1]) and (
-                (row.ts, row.seq, row.item) != (old[0], old[1], old[2])
-            )
-            if changed:
+    def _upsert_all(
+        conn: sqlite3.Connection, prepared: list[tuple[OutRow, str]], now: float
+    ) -> None:
+        """Insert or update the rows, feed by feed; a feed's ``updated_at`` moves only
+        when one of its items changed.  An older event of an item (an outer join's
+        lonely row, decided after its enriched pair was published) never replaces a
+        newer one."""
+        by_feed: dict[tuple[str, str], list[tuple[str, str, str, int, int, str, float, float]]] = {}
+        for row, guid in prepared:
+            entry = (row.stream, row.part, guid, row.ts, row.seq, row.item, now, now)
+            by_feed.setdefault((row.stream, row.part), []).append(entry)
+        for (stream, part), entries in by_feed.items():
+            before = conn.total_changes
+            conn.executemany(_UPSERT, entries)
+            if conn.total_changes != before:
                 conn.execute(
-                    "UPDATE entries SET ts = ?, seq = ?, item = ?, updated_at = ?"
-                    " WHERE stream = ? AND part = ? AND guid = ?",
-                    (row.ts, row.seq, row.item, now, row.stream, row.part, guid),
+                    "INSERT INTO feeds(stream, part, created_at, updated_at) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT(stream, part) DO UPDATE SET updated_at = excluded.updated_at",
+                    (stream, part, now, now),
                 )
-        if changed:
-            conn.execute(
-                "INSERT INTO feeds(stream, part, created_at, updated_at) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT(stream, part) DO UPDATE SET updated_at = excluded.updated_at",
-                (row.stream, row.part, now, now),
-            )
 
     # -- reading -------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Every Arrow batch of a partition goes through :func:`roses_app.xmlfn.fused.run_program`
 once: each item is parsed once and every stateless step of the global plan runs on
-that tree.  The stage emits ``key, part, ts, seq, item`` rows: the events of stream
+that tree.  The stage emits ``key, part, ts, seq, item, guid`` rows: the events of stream
 roots and frontier nodes under their node id, heartbeats (key null), and a time mark
 per batch (key ``~tick``).  Spark spreads partitions over cores and executors as for
 any ``mapInArrow``.
@@ -10,7 +10,7 @@ any ``mapInArrow``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark import Accumulator
@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from roses_app.algebra.program import Program, Step
 from roses_app.spark import udfs
 
-FUSED_DDL = "key STRING, part STRING, ts BIGINT, seq BIGINT, item STRING"
+FUSED_DDL = "key STRING, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING"
 FUSED_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -27,11 +27,12 @@ FUSED_SCHEMA = pa.schema(
         ("ts", pa.int64()),
         ("seq", pa.int64()),
         ("item", pa.string()),
+        ("guid", pa.string()),
     ]
 )
 
 
-def to_batch(rows: list[tuple[object, ...]]) -> pa.RecordBatch:
+def to_batch(rows: Sequence[Sequence[object]]) -> pa.RecordBatch:
     """Output rows as an Arrow batch of the stage's schema."""
     if not rows:
         return pa.RecordBatch.from_pylist([], schema=FUSED_SCHEMA)
@@ -56,8 +57,12 @@ def fused_frame(
         from roses_app.xmlfn.fused import run_program
 
         for batch in batches:
-            columns = [batch.column(name).to_pylist() for name in ("source", "ts", "seq", "item")]
-            rows = run_program(program, *columns, hook_for=hook_for, presearch=presearch)
+            sources, ts, seq, items = (
+                batch.column(name).to_pylist() for name in ("source", "ts", "seq", "item")
+            )
+            rows = run_program(
+                program, sources, ts, seq, items, hook_for=hook_for, presearch=presearch
+            )
             yield to_batch(rows)
 
     return events.select("source", "ts", "seq", "item").mapInArrow(run, FUSED_DDL)

@@ -54,7 +54,8 @@ from roses_app.spool import SPARK_SCHEMA_DDL
 log = logging.getLogger(__name__)
 
 Namespaces = tuple[tuple[str, str], ...]
-OutputRow = tuple[str, str, int, int, str]  # stream, part, ts, seq, item
+OutputRow = tuple[str, str, int, int, str] | tuple[str, str, int, int, str, str]
+# stream, part, ts, seq, item[, guid]
 
 
 class Sink(Ledger, Protocol):
@@ -218,18 +219,19 @@ def split_rows(
     table: object, streams_of: dict[str, list[str]], frontier_keys: set[str] | None
 ) -> tuple[list[OutputRow], list[tuple[str | None, int, int, str | None]], int, int]:
     """A fused batch's rows: stream output rows, frontier rows, latest ts and seq."""
-    columns = [table.column(n).to_pylist() for n in ("key", "part", "ts", "seq", "item")]  # type: ignore[attr-defined]
+    names = ("key", "part", "ts", "seq", "item", "guid")
+    columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
     out: list[OutputRow] = []
     frontier: list[tuple[str | None, int, int, str | None]] = []
     latest_ts = latest_seq = 0
-    for key, part, ts, seq, item in zip(*columns, strict=True):
+    for key, part, ts, seq, item, guid in zip(*columns, strict=True):
         if key == TICK:
             latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
             continue
         if frontier_keys is not None and (key is None or key in frontier_keys):
             frontier.append((key, ts, seq, item))
         for stream in streams_of.get(key, ()):
-            out.append((stream, part, ts, seq, item))
+            out.append((stream, part, ts, seq, item, guid))
     return list(dict.fromkeys(out)), frontier, latest_ts, latest_seq
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from lxml import etree
 
 from roses_app.algebra.program import TICK, Program, Step
+from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn.batch import (
     OnError,
     accessor_fn,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Row = tuple[str | None, str, int, int, str | None]  # key, part, ts, seq, item
+Row = tuple[str | None, str, int, int, str | None, str | None]  # key, part, ts, seq, item, guid
 HookFor = Callable[[Step], OnError]
 MIN_PRESEARCH = 1  # filters on one input from which a presearcher pays off
 
@@ -62,6 +63,14 @@ class Val:
         if self._xml is None:
             self._xml = etree.tostring(self._elem, encoding="unicode")
         return self._xml
+
+    def identity(self) -> str:
+        """The item's guid in its feed (as the store computes it), from the tree."""
+        try:
+            found = item_identity(self.element())
+        except (etree.XMLSyntaxError, ValueError):
+            found = ""
+        return found or content_hash(self.text())
 
 
 Values = dict[int, list[Val]]  # input row -> the items of that row at a step
@@ -296,9 +305,10 @@ def run_program(
     *,
     presearch: bool = True,
 ) -> list[Row]:
-    """The output rows of one batch of input events: (key, part, ts, seq, item) for
-    each output step's events; with ``program.heartbeats``, a (None, "", ts, seq,
-    None) row per heartbeat; and one (TICK, "", latest ts, latest seq, None) row."""
+    """The output rows of one batch of input events: (key, part, ts, seq, item, guid)
+    for each output step's events; with ``program.heartbeats``, a (None, "", ts, seq,
+    None, None) row per heartbeat; and one (TICK, "", latest ts, latest seq, None,
+    None) row."""
     run = Run(compiled(program, presearch=presearch), hook_for)
     run.load(sources, items)
     for n, step in enumerate(program.steps):
@@ -307,14 +317,19 @@ def run_program(
     for n, key in program.outputs:
         if program.steps[n].kind == "split":
             for row, named in run.parts.get(n, {}).items():
-                rows.extend((key, name, ts[row], seq[row], val.text()) for name, val in named)
+                rows.extend(
+                    (key, name, ts[row], seq[row], val.text(), val.identity())
+                    for name, val in named
+                )
             continue
         for row, vals in run.values.get(n, {}).items():
-            rows.extend((key, "", ts[row], seq[row], val.text()) for val in vals)
+            rows.extend((key, "", ts[row], seq[row], val.text(), val.identity()) for val in vals)
     if program.heartbeats:
         rows.extend(
-            (None, "", t, s, None) for t, s, xml in zip(ts, seq, items, strict=True) if xml is None
+            (None, "", t, s, None, None)
+            for t, s, xml in zip(ts, seq, items, strict=True)
+            if xml is None
         )
     if len(ts):
-        rows.append((TICK, "", max(ts), max(seq), None))
+        rows.append((TICK, "", max(ts), max(seq), None, None))
     return rows
