@@ -18,6 +18,8 @@ SUBSCRIPTIONS = (
     "contains(lower-case(title), 'vote') and not(category = 'sport')",
     "contains(., 'Iceland') or category = ('science', 'world')",
     "starts-with(title, 'volcano')",
+    "not(contains(lower-case(.), 'lava'))",
+    "contains(lower-case(title), 'lava') and not(contains(lower-case(.), 'vote'))",
 )
 
 
