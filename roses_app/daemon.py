@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
 from roses_app.publish.server import HttpServer, create_app
 from roses_app.spool import Spool
-from roses_app.store import RowLike, Store
+from roses_app.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -49,27 +49,6 @@ def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | N
     return ordered
 
 
-class _StoreSink:
-    """The engine's sink: the daemon's store, with the daemon's counters."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        store = daemon.store
-        self.position = store.position
-        self.versions = store.versions
-        self.set_versions = store.set_versions
-        self.restart_stream = store.restart_stream
-
-    def write_batch(
-        self,
-        query_id: str,
-        batch_id: int,
-        rows: Sequence[RowLike],
-        position: int | None = None,
-    ) -> bool:
-        return self.daemon.write_batch(query_id, batch_id, rows, position)
-
-
 class Daemon:
     """One ROSES instance over one config and one data directory."""
 
@@ -92,8 +71,6 @@ class Daemon:
         self.started_at = clock()
         self.counters = {
             "items_spooled": 0,
-            "batches_written": 0,
-            "rows_written": 0,
             "query_restarts": 0,
         }
         self._lock = threading.Lock()
@@ -109,27 +86,6 @@ class Daemon:
             self.counters["items_spooled"] += len(events)
         if events:
             log.info("source %s: %d new item(s) spooled", source, len(events))
-
-    def write_batch(
-        self,
-        query_id: str,
-        batch_id: int,
-        rows: Sequence[RowLike],
-        position: int | None = None,
-    ) -> bool:
-        """Spark sink: idempotent per (query, batch id), one transaction per batch."""
-        applied = self.store.write_batch(query_id, batch_id, rows, position)
-        with self._lock:
-            self.counters["batches_written"] += int(applied)
-            self.counters["rows_written"] += len(rows) if applied else 0
-        log.debug(
-            "%s batch %d: %d row(s)%s",
-            query_id,
-            batch_id,
-            len(rows),
-            "" if applied else " (replayed)",
-        )
-        return applied
 
     def streams(self) -> list[Stream]:
         return [s.stream for s in self.config.streams.values()]
@@ -148,7 +104,7 @@ class Daemon:
             settings.namespaces,
             self.spool.log_dir,
             settings.data_dir,
-            _StoreSink(self),
+            self.store,
             once=once,
             trigger_seconds=settings.spark.trigger_seconds,
             errors=self.errors,
@@ -176,7 +132,7 @@ class Daemon:
             "failed_sources": len(failed),
             "sources_in_backoff": len(backing_off),
             "items_spooled": self.counters["items_spooled"],
-            "rows_written": self.counters["rows_written"],
+            "rows_written": self.store.written["rows"],
             "files_written": len(written),
         }
 
@@ -277,6 +233,8 @@ class Daemon:
         ok = all(s["running"] for s in streams.values())
         with self._lock:
             counters = dict(self.counters)
+        counters["batches_written"] = self.store.written["batches"]
+        counters["rows_written"] = self.store.written["rows"]
         return {
             "ok": ok,
             "uptime_seconds": round(self.clock() - self.started_at, 1),

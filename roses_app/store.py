@@ -160,6 +160,8 @@ class Store:
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
+        # batches and rows this process has applied (a replayed batch counts nothing)
+        self.written = {"batches": 0, "rows": 0}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
@@ -271,6 +273,9 @@ class Store:
                     " DO UPDATE SET seq = max(seq, excluded.seq)",
                     (query_id, int(position)),
                 )
+            self.written["batches"] += 1  # under the write lock
+            self.written["rows"] += len(prepared)
+        log.debug("%s batch %d: %d row(s)", query_id, batch_id, len(prepared))
         return True
 
     def position(self, query_id: str) -> int:

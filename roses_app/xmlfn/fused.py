@@ -227,19 +227,25 @@ class Run:
         if kept:
             self.values[n] = kept
 
-    def _map(self, n: int, step: Step, upstream: Values) -> None:
-        access = self.code.functions[n]
-        out: Values = {}
+    def _applied(self, n: int, step: Step, upstream: Values) -> dict[int, list[tuple[Any, Val]]]:
+        """The step's function of each item, per row: (result, item) pairs for the
+        results that are not None; an item on which it fails is reported, dropped."""
+        function = self.code.functions[n]
+        out: dict[int, list[tuple[Any, Val]]] = {}
         for row, vals in upstream.items():
             for val in vals:
                 try:
-                    new = access(val.element())
-                except Exception as exc:
-                    report(self.hook_for(step), f"map {step.arg!r}", val.text(), exc)
+                    result = function(val.element())
+                except Exception as exc:  # a dynamic error on one item: it is dropped
+                    report(self.hook_for(step), f"{step.kind} {step.arg!r}", val.text(), exc)
                     continue
-                if new is not None:
-                    out.setdefault(row, []).append(Val(new))
-        self._set(n, out)
+                if result is not None:
+                    out.setdefault(row, []).append((result, val))
+        return out
+
+    def _map(self, n: int, step: Step, upstream: Values) -> None:
+        mapped = self._applied(n, step, upstream)
+        self._set(n, {row: [Val(new) for new, _ in pairs] for row, pairs in mapped.items()})
 
     def _mutate(self, n: int, step: Step, upstream: Values) -> None:
         from roses_app.xmlfn.xquery import mutate_batch
@@ -266,18 +272,7 @@ class Run:
         self._set(n, out)
 
     def _split(self, n: int, step: Step, upstream: Values) -> None:
-        name_of = self.code.functions[n]
-        out: dict[int, list[tuple[str, Val]]] = {}
-        for row, vals in upstream.items():
-            for val in vals:
-                try:
-                    name = name_of(val.element())
-                except Exception as exc:
-                    report(self.hook_for(step), f"split {step.arg!r}", val.text(), exc)
-                    continue
-                if name is not None:
-                    out.setdefault(row, []).append((name, val))
-        self.parts[n] = out
+        self.parts[n] = self._applied(n, step, upstream)
 
     def _set(self, n: int, out: Values) -> None:
         """The step's values, each row's copies of one item made one (a set)."""

@@ -1,17 +1,29 @@
 """A presearcher: which of many stored XPath observers may be true on an item.
 
-As in Lucene's Monitor, each observer is analysed once into a *necessary condition*:
-terms ``(field, lowered, text)``, one of which occurs whenever the observer is true:
+As in Lucene's Monitor, each observer is analysed once into a *necessary condition*,
+in conjunctive form: up to ``MAX_CLAUSES`` clauses of terms ``(field, lowered, text)``,
+each clause with a term that occurs whenever the observer is true.  A term occurs if
 ``text`` is in the string value of ``field``, after ``str.lower()`` (elementpath's
 ``lower-case``) if ``lowered``.  ``field`` is ``.`` (the item) or a simple path
-(``title``, ``{uri}creator``, ``enclosure/@url``, ``@lang``, ``title[1]``).  Terms
-share one Aho-Corasick automaton per field: an item costs one scan per field, then
-only the observers of the terms found are looked at (forms understood: ``_analyse``).
+(``title``, ``{uri}creator``, ``enclosure/@url``, ``@lang``, ``title[1]``).
 
 An *exact* observer's truth is a formula over where its terms occur (anywhere, at the
-start or end of a value, as a whole value): no XPath is evaluated for it.  A leaf is
-exact only where XPath cannot raise: ``contains(title, 'x')`` raises XPTY0004 on two
-titles (the item is dropped) where a term would say true.
+start or end of a value, as a whole value): no XPath is evaluated for it.  A leaf
+that reads a field which may select several nodes (``contains(title, 'x')``,
+``lower-case(title) = 'x'``, ``title eq 'x'``) raises XPTY0004 on two titles (the
+item is dropped): it is exact only on the items where the field has at most one
+value (none is the empty sequence: ``contains((), 'x')`` is false, ``() eq 'x'`` is
+empty, ``lower-case(())`` is ``''``); on the others, such an observer is a candidate
+if its terms are found (if it evaluates to true, it raised on no leaf, so every leaf
+it evaluated was exact).
+
+Matching an item costs, per field read, one pass over its text (words are looked up
+in a cache of the terms each contains; terms holding a space go through an
+Aho-Corasick automaton) and a few dictionary look-ups for anchored terms; then set
+operations over posting sets of observer keys, grouped by the number of clauses:
+an exact observer whose formula is a conjunction of positive clauses and negated
+terms is decided without any per-observer Python work; other exact formulas are run
+(small closures) for the observers whose condition holds.
 
 String values: ``''.join(e.itertext())`` is lxml's (the fast path's).  elementpath
 skips the text after a comment or processing instruction and yields an element's tail
@@ -23,9 +35,10 @@ node beside the root (``<!--c--><item>``) makes every observer a candidate.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
+from itertools import product
+from operator import itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from ahocorasick import Automaton
@@ -34,13 +47,16 @@ from lxml import etree
 
 from roses_app.xmlfn.xpath import Namespaces, compile_xpath
 
-K = TypeVar("K")
+K = TypeVar("K", bound=Hashable)
 
 WHOLE_ITEM = "."
 # Joins the values of a multi-valued field: XML text never holds U+0000, and no term
 # may contain it, so a match never spans two values.
 SEPARATOR = "\x00"
 FN_NAMESPACE = "http://www.w3.org/2005/xpath-functions"
+MAX_CLAUSES = 3  # clauses of a necessary condition (an exact formula may have as many)
+MAX_CNF = 16  # clauses of an exact formula in conjunctive form; more: run as a closure
+TOKEN_CACHE = 50_000  # words whose terms a scanner keeps; then it starts afresh
 
 # Where a term occurs, as bit flags: anywhere, at the start or end of a value, or as
 # a whole value (one occurrence both starting and ending a value).
@@ -60,6 +76,9 @@ class Term(NamedTuple):
 class Leaf:
     term: Term
     anchor: int  # ANY, START, END or WHOLE
+    # exact only on items where the field has at most one value (else XPTY0004); an
+    # empty text is always found (``contains(title, '')``)
+    single: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,23 +88,57 @@ class Gate:
 
 
 Formula = Leaf | Gate | bool  # a bool: a constant
+Clauses = tuple[frozenset[Term], ...]  # a conjunction of disjunctions; () is no condition
+
+
+def leaves(formula: Formula) -> list[Leaf]:
+    if isinstance(formula, Leaf):
+        return [formula]
+    if isinstance(formula, bool):
+        return []
+    return [leaf for arg in formula.args for leaf in leaves(arg)]
+
+
+def single_fields(formula: Formula | None) -> frozenset[str]:
+    """The fields a formula is exact on only where they have at most one value."""
+    return (
+        frozenset(leaf.term.field for leaf in leaves(formula) if leaf.single)
+        if (formula is not None)
+        else frozenset()
+    )
 
 
 @dataclass(frozen=True)
 class Condition:
-    """If the observer is true, one of ``terms`` occurs; ``formula`` decides it exactly."""
+    """If the observer is true, one of ``terms`` occurs, and one term of each of
+    ``clauses`` (``terms`` is the first); ``formula`` decides it (see ``singles``)."""
 
     terms: frozenset[Term]
     formula: Formula | None = None
+    clauses: Clauses = ()
+
+    @property
+    def singles(self) -> frozenset[str]:
+        """The fields ``formula`` is exact on only where they have at most one value."""
+        return single_fields(self.formula)
 
     @property
     def exact(self) -> bool:
-        return self.formula is not None
+        """Exact on every item."""
+        return self.formula is not None and not self.singles
 
 
 # terms: None = no necessary condition; formula: None = not exact
 Analysis = tuple[frozenset[Term] | None, Formula | None]
-_NOTHING: Analysis = (None, None)
+
+
+class _Analysis(NamedTuple):
+    clauses: Clauses  # (): no condition; (frozenset(),): never true
+    formula: Formula | None  # None: not exact
+
+
+_NOTHING = _Analysis((), None)
+_NEVER: Clauses = (frozenset(),)
 
 
 @dataclass(frozen=True)
@@ -98,12 +151,19 @@ class _Operand:
 
 def condition(expr: str, namespaces: Namespaces = ()) -> Condition | None:
     """The necessary condition of an observer, or None: always a candidate."""
-    terms, formula = analyse(expr, namespaces)
-    return None if terms is None else Condition(terms, formula)
+    found = _analyse_expr(expr, namespaces)
+    if not found.clauses:
+        return None
+    return Condition(found.clauses[0], found.formula, found.clauses)
 
 
 def analyse(expr: str, namespaces: Namespaces = ()) -> Analysis:
-    """The terms (None: no condition) and the exact formula (None: not exact)."""
+    """The terms (None: no condition) and the formula (None: not exact)."""
+    found = _analyse_expr(expr, namespaces)
+    return (found.clauses[0] if found.clauses else None), found.formula
+
+
+def _analyse_expr(expr: str, namespaces: Namespaces) -> _Analysis:
     compiled = compile_xpath(expr, namespaces)
     return _analyse(compiled.root_token, compiled.parser)
 
@@ -119,7 +179,7 @@ def _unprefixed(token: Any, parser: Any) -> Any:
     return token[1] if parser.namespaces.get(token[0].value) == FN_NAMESPACE else token
 
 
-def _analyse(token: Any, parser: Any) -> Analysis:
+def _analyse(token: Any, parser: Any) -> _Analysis:
     """Understood: ``contains``, ``starts-with``, ``ends-with`` (two arguments: the
     codepoint collation) of a field or ``lower-case(field)`` and a literal;
     ``F = 'lit'``, ``F = ('a', 'b')``, ``F eq 'lit'`` (either order); ``and``, ``or``,
@@ -132,11 +192,10 @@ def _analyse(token: Any, parser: Any) -> Analysis:
         left, right = _analyse(token[0], parser), _analyse(token[1], parser)
         return _junction(symbol == "and", left, right)
     if _is_function(token, "not", 1):
-        formula = _analyse(token[0], parser)[1]
-        return None, (None if formula is None else Gate("not", (formula,)))
+        formula = _analyse(token[0], parser).formula
+        return _Analysis((), None if formula is None else Gate("not", (formula,)))
     if symbol in ("true", "false") and _is_function(token, symbol, 0):
-        # false() is never true: an empty set of terms, no term is needed
-        return (None if symbol == "true" else frozenset()), symbol == "true"
+        return _Analysis(() if symbol == "true" else _NEVER, symbol == "true")
     if symbol in _STRING_TESTS and token.label == "function" and len(token) == 2:
         return _string_test(token, parser)
     if symbol in ("=", "eq") and len(token) == 2:
@@ -144,17 +203,32 @@ def _analyse(token: Any, parser: Any) -> Analysis:
     return _NOTHING
 
 
-def _junction(conjunction: bool, left: Analysis, right: Analysis) -> Analysis:
-    sides = [terms for terms in (left[0], right[0]) if terms is not None]
-    if conjunction:  # either side's condition is necessary: keep the one firing less
-        # (fewer terms, then a longer shortest term)
-        sides.sort(key=lambda ts: (len(ts), -min((len(t.text) for t in ts), default=0)))
-        terms = sides[0] if sides else None
+def _selectivity(clause: frozenset[Term]) -> tuple[int, int, list[Term]]:
+    """Fewer terms, then a longer shortest term, fire less (then: any fixed order)."""
+    return len(clause), -min((len(t.text) for t in clause), default=0), sorted(clause)
+
+
+def _best(clauses: list[frozenset[Term]]) -> Clauses:
+    """The ``MAX_CLAUSES`` most selective clauses, none implied by another."""
+    if any(not clause for clause in clauses):
+        return _NEVER
+    kept: list[frozenset[Term]] = []
+    for clause in sorted(set(clauses), key=_selectivity):
+        if not any(other <= clause for other in kept):
+            kept.append(clause)
+    return tuple(kept[:MAX_CLAUSES])
+
+
+def _junction(conjunction: bool, left: _Analysis, right: _Analysis) -> _Analysis:
+    if conjunction:  # both sides' conditions are necessary
+        clauses = _best([*left.clauses, *right.clauses])
+    elif left.clauses and right.clauses:  # one side's: a clause of each, joined
+        clauses = _best([a | b for a, b in product(left.clauses, right.clauses)])
     else:
-        terms = sides[0] | sides[1] if len(sides) == 2 else None
-    if left[1] is None or right[1] is None:
-        return terms, None
-    return terms, Gate("and" if conjunction else "or", (left[1], right[1]))
+        clauses = ()
+    if left.formula is None or right.formula is None:
+        return _Analysis(clauses, None)
+    return _Analysis(clauses, Gate("and" if conjunction else "or", (left.formula, right.formula)))
 
 
 def _literals(token: Any) -> list[str] | None:
@@ -169,20 +243,20 @@ def _literals(token: Any) -> list[str] | None:
     return None
 
 
-def _string_test(token: Any, parser: Any) -> Analysis:
+def _string_test(token: Any, parser: Any) -> _Analysis:
     operand, literals = _operand(token[0], parser), _literals(token[1])
     if operand is None or literals is None or len(literals) != 1:
         return _NOTHING
-    literal = literals[0]
-    # with several nodes the call raises XPTY0004 (the item is dropped): not exact
-    exact = not operand.multi
-    if not literal:
-        return None, (True if exact else None)
-    term = Term(operand.key, operand.lowered, literal)
-    return frozenset({term}), (Leaf(term, _STRING_TESTS[token.symbol]) if exact else None)
+    term = Term(operand.key, operand.lowered, literals[0])
+    # with several nodes the call raises XPTY0004 (the item is dropped); with none,
+    # the argument is () and the test is that of '' (true only for an empty literal)
+    leaf = Leaf(term, _STRING_TESTS[token.symbol], single=operand.multi)
+    if not term.text:
+        return _Analysis((), leaf if operand.multi else True)
+    return _Analysis((frozenset({term}),), leaf)
 
 
-def _comparison(token: Any, parser: Any) -> Analysis:
+def _comparison(token: Any, parser: Any) -> _Analysis:
     general = token.symbol == "="
     operand, literals = _operand(token[0], parser), _literals(token[1])
     if operand is None or literals is None:
@@ -190,13 +264,13 @@ def _comparison(token: Any, parser: Any) -> Analysis:
     if operand is None or not literals or "" in literals or (len(literals) > 1 and not general):
         return _NOTHING  # '' equals an empty value without any term; eq takes one literal
     terms = [Term(operand.key, operand.lowered, text) for text in sorted(set(literals))]
-    # a general comparison of bare nodes never raises; eq, string(), lower-case() may
-    if operand.multi and not (general and not operand.wrapped):
-        return frozenset(terms), None
-    formula: Formula = Leaf(terms[0], WHOLE)
+    # a general comparison of bare nodes never raises; eq, string(), lower-case() raise
+    # on several nodes; on none, '' (string(), lower-case()) or () (eq) equals no literal
+    single = operand.multi and not (general and not operand.wrapped)
+    formula: Formula = Leaf(terms[0], WHOLE, single)
     for term in terms[1:]:
-        formula = Gate("or", (formula, Leaf(term, WHOLE)))
-    return frozenset(terms), formula
+        formula = Gate("or", (formula, Leaf(term, WHOLE, single)))
+    return _Analysis((frozenset(terms),), formula)
 
 
 def _operand(token: Any, parser: Any) -> _Operand | None:
@@ -267,10 +341,12 @@ def _name(token: Any, parser: Any, default: str | None) -> str | None:
     return None
 
 
+# -- reading items ---------------------------------------------------------------------
+
 _STEP = re.compile(r"@?(?:\{[^}]*\})?[^/{}]+")
 # item, unusual -> the field's string values, and whether the engines may disagree on them
 Reader = Callable[[etree._Element, bool], tuple[list[str], bool]]
-Check = Callable[[dict[int, int]], bool]
+_SPECIAL = (etree.Comment, etree.ProcessingInstruction, etree.Entity)
 
 
 def _unusual(item: etree._Element) -> bool:
@@ -299,23 +375,37 @@ def _string_values(nodes: list[etree._Element], unusual: bool) -> tuple[list[str
     return values + extra, bool(extra)
 
 
-def field_reader(key: str) -> Reader:
-    """The reader of the field ``key`` (see the module docstring)."""
+def _reader(key: str) -> Callable[[etree._Element, bool], tuple[list[str], int, bool]]:
+    """item, unusual -> the values of the field ``key``, how many nodes it selects, and
+    whether the engines may disagree on the values (then both are there)."""
     first = key.endswith("[1]")
     steps = [] if key == WHOLE_ITEM else _STEP.findall(key[:-3] if first else key)
     attribute = steps.pop()[1:] if steps and steps[-1].startswith("@") else None
 
-    def read(item: etree._Element, unusual: bool) -> tuple[list[str], bool]:
+    def read(item: etree._Element, unusual: bool) -> tuple[list[str], int, bool]:
         nodes = [item]
         for tag in steps:
             nodes = [child for node in nodes for child in node.iterchildren(tag)]
         if first:
             nodes = nodes[:1]
         if attribute is None:
-            return _string_values(nodes, unusual)
-        return [value for node in nodes if (value := node.get(attribute)) is not None], False
+            values, differ = _string_values(nodes, unusual)
+            return values, len(nodes), differ
+        values = [value for node in nodes if (value := node.get(attribute)) is not None]
+        return values, len(values), False
 
     return read
+
+
+def field_reader(key: str) -> Reader:
+    """The reader of the field ``key`` (see the module docstring)."""
+    read = _reader(key)
+
+    def values(item: etree._Element, unusual: bool) -> tuple[list[str], bool]:
+        found, _, differ = read(item, unusual)
+        return found, differ
+
+    return values
 
 
 def irregular(item: etree._Element) -> bool:
@@ -325,16 +415,164 @@ def irregular(item: etree._Element) -> bool:
     return beside or next(item.iter(etree.Entity), None) is not None
 
 
-def _check(formula: Formula, ids: Callable[[Term], int], leaves: list[Leaf]) -> Check:
-    """The formula as a function of the flags of the terms found; collects its leaves."""
+# -- scanning values ---------------------------------------------------------------------
+
+_second = itemgetter(1)
+
+
+class _Words(dict[str, tuple[int, ...]]):
+    """A word (a run of non-space characters) -> the ids of the terms in it, as the
+    automaton finds them; a bounded cache."""
+
+    __slots__ = ("automaton",)
+
+    def __init__(self, automaton: Any) -> None:
+        super().__init__()
+        self.automaton = automaton
+
+    def __missing__(self, word: str) -> tuple[int, ...]:
+        if len(self) >= TOKEN_CACHE:
+            self.clear()
+        found = self[word] = tuple(set(map(_second, self.automaton.iter(word))))
+        return found
+
+
+class _Anchored(NamedTuple):
+    """Anchored terms by text: a prefix (by length) or suffix of a value, or a value."""
+
+    starts: dict[str, int]
+    start_sizes: tuple[int, ...]
+    ends: dict[str, int]
+    end_sizes: tuple[int, ...]
+    wholes: dict[str, int]
+
+
+class _Variant(NamedTuple):
+    """The terms of one field, lowered or not."""
+
+    lowered: bool
+    words: _Words | None  # terms without a space, found in the words of the values
+    spaced: Any  # an automaton of the terms with a space, over the joined values
+    anchored: _Anchored | None
+
+
+def _scan(variant: _Variant, values: list[str], found: set[int]) -> None:
+    """Adds to ``found`` the ids of the terms of ``variant`` in ``values``."""
+    if variant.lowered:
+        # lower-case() applies to one value at a time (final sigma looks around)
+        values = [value.lower() for value in values] if len(values) > 1 else [values[0].lower()]
+    if variant.words is not None:
+        text = values[0] if len(values) == 1 else " ".join(values)
+        found.update(*map(variant.words.__getitem__, text.split()))
+    if variant.spaced is not None:
+        found.update(map(_second, variant.spaced.iter(SEPARATOR.join(values))))
+    anchored = variant.anchored
+    if anchored is None:
+        return
+    for value in values:
+        pid = anchored.wholes.get(value)
+        if pid is not None:
+            found.add(pid)
+        for size in anchored.start_sizes:
+            if size > len(value):
+                break
+            pid = anchored.starts.get(value[:size])
+            if pid is not None:
+                found.add(pid)
+        for size in anchored.end_sizes:
+            if size > len(value):
+                break
+            pid = anchored.ends.get(value[-size:])
+            if pid is not None:
+                found.add(pid)
+
+
+def _variant(lowered: bool, pids: dict[Term, list[int]]) -> _Variant:
+    """The scanner of terms (of one field and ``lowered``) -> their pids (see _pid)."""
+    words, spaced = Automaton(), Automaton()
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    wholes: dict[str, int] = {}
+    for term, ids in pids.items():
+        for pid in ids:
+            anchor = pid & 15
+            if anchor == ANY:
+                spaces = any(char.isspace() for char in term.text)
+                (spaced if spaces else words).add_word(term.text, pid)
+            else:
+                {START: starts, END: ends, WHOLE: wholes}[anchor][term.text] = pid
+    for automaton in (words, spaced):
+        if len(automaton):
+            automaton.make_automaton()
+    anchored = None
+    if starts or ends or wholes:
+        anchored = _Anchored(
+            starts,
+            tuple(sorted({len(text) for text in starts})),
+            ends,
+            tuple(sorted({len(text) for text in ends})),
+            wholes,
+        )
+    return _Variant(
+        lowered, _Words(words) if len(words) else None, spaced if len(spaced) else None, anchored
+    )
+
+
+class _Field(NamedTuple):
+    key: str
+    tag: str | None  # a child element's name: read in one pass over the children
+    first: bool  # only the first of those children (``title[1]``)
+    read: Callable[[etree._Element, bool], tuple[list[str], int, bool]]
+    singles: frozenset[Any]  # observers exact only where the field has at most one value
+    uses: frozenset[Any]  # exact observers reading it (candidates where engines disagree)
+    variants: tuple[_Variant, ...]
+
+
+# -- compiling observers -------------------------------------------------------------------
+
+Literal = tuple[int, bool]  # a term's pid (see Presearcher._pid), and not negated
+Check = Callable[[set[int]], bool]
+EXACT, CHECK, OPEN = 0, 1, 2  # decided by sets / by a closure / a candidate if it holds
+
+
+def _cnf(
+    formula: Formula, pid: Callable[[Leaf], int], positive: bool = True
+) -> list[frozenset[Literal]] | None:
+    """The formula (negated unless ``positive``) as a conjunction of clauses, or None if
+    that has more than ``MAX_CNF`` clauses.  An empty list is true, an empty clause false."""
+    if isinstance(formula, bool) or (isinstance(formula, Leaf) and not formula.term.text):
+        return [] if (formula is not False) is positive else [frozenset()]
     if isinstance(formula, Leaf):
-        leaves.append(formula)
-        tid, mask = ids(formula.term), formula.anchor
-        return lambda found: bool(found.get(tid, 0) & mask)
-    if isinstance(formula, bool):
-        value = formula
+        return [frozenset({(pid(formula), positive)})]
+    if formula.op == "not":
+        return _cnf(formula.args[0], pid, not positive)
+    left, right = (_cnf(arg, pid, positive) for arg in formula.args)
+    if left is None or right is None:
+        return None
+    if (formula.op == "and") is positive:
+        clauses = left + right
+    elif len(left) * len(right) > MAX_CNF:
+        return None
+    else:
+        clauses = [a | b for a in left for b in right]
+    # without tautologies, duplicates, and clauses implied by others
+    kept: list[frozenset[Literal]] = []
+    for clause in sorted(set(clauses), key=len):
+        tautology = any((p, not s) in clause for p, s in clause)
+        if not tautology and not any(other <= clause for other in kept):
+            kept.append(clause)
+    return None if len(kept) > MAX_CNF else kept
+
+
+def _closure(formula: Formula, pid: Callable[[Leaf], int]) -> Check:
+    """The formula as a function of the ids of the terms found."""
+    if isinstance(formula, bool) or (isinstance(formula, Leaf) and not formula.term.text):
+        value = formula is not False
         return lambda found: value
-    checks = [_check(arg, ids, leaves) for arg in formula.args]
+    if isinstance(formula, Leaf):
+        term = pid(formula)
+        return lambda found: term in found
+    checks = [_closure(arg, pid) for arg in formula.args]
     if formula.op == "not":
         operand = checks[0]
         return lambda found: not operand(found)
@@ -344,18 +582,31 @@ def _check(formula: Formula, ids: Callable[[Term], int], leaves: list[Leaf]) -> 
     return lambda found: left(found) or right(found)
 
 
-def _scan(automaton: Any, text: str, found: dict[int, int]) -> None:
-    last, get = len(text) - 1, found.get
-    for end, (tid, size, anchored) in automaton.iter(text):
-        if not anchored:  # the common case: a term found has at least ANY already
-            found.setdefault(tid, ANY)
-            continue
-        flags, start = ANY, end - size + 1
-        if start == 0 or text[start - 1] == SEPARATOR:
-            flags |= START
-        if end == last or text[end + 1] == SEPARATOR:
-            flags |= (END | WHOLE) if flags & START else END
-        found[tid] = get(tid, 0) | flags
+@dataclass
+class _Plan(Generic[K]):
+    key: K
+    mode: int
+    clauses: list[frozenset[int]]  # positive, each with a found pid if the observer holds
+    negated: frozenset[int]  # EXACT: true if no pid of these is found
+    check: Check | None = None  # CHECK: the formula
+    formula: Formula | None = None
+
+
+class _Group(NamedTuple):
+    """Observers of one mode and number of clauses: slot i holds their i-th clauses,
+    as pid -> the observers with that pid in it."""
+
+    mode: int
+    slots: tuple[tuple[frozenset[int], dict[int, frozenset[Any]]], ...]
+    negated: tuple[frozenset[int], dict[int, frozenset[Any]]] | None
+    everyone: frozenset[Any]  # with no clause
+
+
+def _union(postings: dict[int, frozenset[K]], pids: set[int]) -> frozenset[K] | set[K]:
+    if len(pids) == 1:
+        for pid in pids:
+            return postings[pid]
+    return set().union(*map(postings.__getitem__, pids))
 
 
 class Presearcher(Generic[K]):
@@ -364,86 +615,238 @@ class Presearcher(Generic[K]):
     def __init__(self, observers: Mapping[K, str], namespaces: Namespaces = ()) -> None:
         self._keys: list[K] = list(observers)
         self._ids: dict[Term, int] = {}
-        self._anchored: set[int] = set()
-        self._postings: dict[int, list[int]] = {}
-        self._always: list[int] = []
-        self._checks: list[Check | None] = []
-        self._uses: list[frozenset[str]] = []  # the fields an exact formula reads
-        for index, key in enumerate(self._keys):
-            terms, formula = analyse(observers[key], namespaces)
-            if terms is None:
-                self._always.append(index)
-            for term in terms or ():
-                self._postings.setdefault(self._id(term), []).append(index)
-            leaves: list[Leaf] = []
-            self._checks.append(None if formula is None else _check(formula, self._id, leaves))
-            self._anchored.update(self._id(leaf.term) for leaf in leaves if leaf.anchor != ANY)
-            self._uses.append(frozenset(leaf.term.field for leaf in leaves))
-        # without a condition: open ones are always candidates, exact ones are decided
-        self._always_open = {self._keys[i] for i in self._always if self._checks[i] is None}
-        self._always_exact = [i for i in self._always if self._checks[i] is not None]
-        self._fields = self._automata()
+        self._checks: dict[K, Check] = {}
+        plans = [self._plan(key, _analyse_expr(observers[key], namespaces)) for key in self._keys]
+        self._plans = [plan for plan in plans if plan is not None]
+        self._groups = self._index(self._plans)
+        self._fields = self._scanners(self._plans)
+        self._tags = {f.tag: f.tag for f in self._fields if f.tag is not None}
 
-    def _id(self, term: Term) -> int:
-        return self._ids.setdefault(term, len(self._ids))
+    def _pid(self, term: Term, anchor: int = ANY) -> int:
+        """A term and an anchor as one int: where this anchor holds, it is found."""
+        return self._ids.setdefault(term, len(self._ids)) << 4 | anchor
 
-    def _automata(self) -> list[tuple[str, Reader, list[tuple[bool, Any]]]]:
-        """Per field: its reader and one automaton per lowered/unlowered variant."""
-        grouped: dict[str, dict[bool, Any]] = defaultdict(lambda: defaultdict(Automaton))
+    def _leaf_pid(self, leaf: Leaf) -> int:
+        return self._pid(leaf.term, leaf.anchor)
+
+    def _plan(self, key: K, found: _Analysis) -> _Plan[K] | None:
+        """How to decide the observer (None: never true)."""
+        necessary = [frozenset(map(self._pid, clause)) for clause in found.clauses]
+        if frozenset() in necessary:
+            return None
+        formula = found.formula
+        if formula is None:
+            return _Plan(key, OPEN, necessary, frozenset())
+        cnf = _cnf(formula, self._leaf_pid)
+        if cnf is not None and frozenset() in cnf:
+            return None
+        clauses = [] if cnf is None else [c for c in cnf if all(s for _, s in c)]
+        negated = [] if cnf is None else [c for c in cnf if len(c) == 1 and not next(iter(c))[1]]
+        flat = cnf is not None and len(clauses) + len(negated) == len(cnf)
+        if flat and len(clauses) <= MAX_CLAUSES:
+            pos = [frozenset(p for p, _ in clause) for clause in clauses]
+            neg = frozenset(p for clause in negated for p, _ in clause)
+            return _Plan(key, EXACT, pos, neg, formula=formula)
+        # the formula's positive clauses are necessary too (see the module docstring)
+        pos = list({*necessary, *(frozenset(p for p, _ in clause) for clause in clauses)})
+        check = _closure(formula, self._leaf_pid)
+        return _Plan(key, CHECK, pos, frozenset(), check, formula)
+
+    def _index(self, plans: list[_Plan[K]]) -> list[_Group]:
+        """Groups by mode and number of clauses; in each observer, the clauses on the
+        fewest observers first (the first slots are the cheapest)."""
+        usage: dict[int, int] = {}
+        for plan in plans:
+            for clause in plan.clauses:
+                for pid in clause:
+                    usage[pid] = usage.get(pid, 0) + 1
+        grouped: dict[tuple[int, int], list[_Plan[K]]] = {}
+        for plan in plans:
+            plan.clauses.sort(key=lambda clause: (sum(usage[p] for p in clause), sorted(clause)))
+            if plan.mode != EXACT:
+                del plan.clauses[MAX_CLAUSES:]
+            else:
+                assert len(plan.clauses) <= MAX_CLAUSES
+            if plan.check is not None:
+                self._checks[plan.key] = plan.check
+            grouped.setdefault((plan.mode, len(plan.clauses)), []).append(plan)
+        groups = []
+        for (mode, size), members in sorted(grouped.items()):
+            slots = tuple(_slot([(m.key, m.clauses[i]) for m in members]) for i in range(size))
+            negated = _slot([(m.key, m.negated) for m in members if m.negated])
+            everyone = frozenset(m.key for m in members) if not size else frozenset()
+            groups.append(_Group(mode, slots, negated if negated[0] else None, everyone))
+        return groups
+
+    def _scanners(self, plans: list[_Plan[K]]) -> list[_Field]:
+        """Per field read: its reader and scanners, and who depends on its values."""
+        used = {pid for plan in plans for clause in plan.clauses for pid in clause}
+        used.update(pid for plan in plans for pid in plan.negated)
+        singles: dict[str, set[K]] = {}
+        uses: dict[str, set[K]] = {}
+        for plan in plans:
+            for leaf in leaves(plan.formula) if plan.formula is not None else ():
+                uses.setdefault(leaf.term.field, set()).add(plan.key)
+                if leaf.single:
+                    singles.setdefault(leaf.term.field, set()).add(plan.key)
+                if plan.mode == CHECK and leaf.term.text:
+                    used.add(self._leaf_pid(leaf))
+        terms: dict[tuple[str, bool], dict[Term, list[int]]] = {}
         for term, tid in self._ids.items():
-            automaton = grouped[term.field][term.lowered]
-            automaton.add_word(term.text, (tid, len(term.text), tid in self._anchored))
-        for variants in grouped.values():
-            for automaton in variants.values():
-                automaton.make_automaton()
-        return [(key, field_reader(key), list(v.items())) for key, v in grouped.items()]
+            pids = [tid << 4 | anchor for anchor in (ANY, START, END, WHOLE)]
+            pids = [pid for pid in pids if pid in used]
+            if pids:
+                terms.setdefault((term.field, term.lowered), {})[term] = pids
+        keys = sorted({*singles, *uses, *(field for field, _ in terms)})
+        fields = []
+        for key in keys:
+            variants = tuple(
+                _variant(lowered, terms[key, lowered])
+                for lowered in (False, True)
+                if (key, lowered) in terms
+            )
+            simple = key != WHOLE_ITEM and "/" not in key and "@" not in key
+            tag = (key[:-3] if key.endswith("[1]") else key) if simple else None
+            fields.append(
+                _Field(
+                    key,
+                    tag,
+                    key.endswith("[1]"),
+                    _reader(key),
+                    frozenset(singles.get(key, ())),
+                    frozenset(uses.get(key, ())),
+                    variants,
+                )
+            )
+        return fields
 
-    def _found(self, item: etree._Element) -> tuple[dict[int, int], set[str]]:
-        """Term id -> where it occurs; the fields with two values (see _string_values)."""
-        found: dict[int, int] = {}
-        ambiguous: set[str] = set()
-        unusual = _unusual(item)
-        for key, read, variants in self._fields:
-            values, differ = read(item, unusual)
-            if differ:
-                ambiguous.add(key)
-            for lowered, automaton in variants if values else ():
-                # lower-case() applies to one value at a time (final sigma looks around)
-                texts = [value.lower() for value in values] if lowered else values
-                _scan(automaton, SEPARATOR.join(texts), found)
-        return found, ambiguous
+    def _children(self, item: etree._Element) -> dict[str, list[str]] | None:
+        """The values of the child elements read, in one pass; None if a child has
+        children (then elementpath's values may differ: see _unusual)."""
+        tags = self._tags
+        values: dict[str, list[str]] = {}
+        for child in item:
+            if len(child):
+                return None
+            tag = child.tag
+            if tag in tags:
+                text = child.text or ""
+                if tag in values:
+                    values[tag].append(text)
+                else:
+                    values[tag] = [text]
+        return values
+
+    def _found(self, item: etree._Element) -> tuple[set[int], list[frozenset[K]]] | None:
+        """The pids found, and the observers not exact on this item (sets of keys);
+        None if the item is irregular."""
+        if item.getprevious() is not None or item.getnext() is not None:
+            return None
+        special = next(item.iter(*_SPECIAL), None)
+        if special is not None and next(item.iter(etree.Entity), None) is not None:
+            return None
+        children = self._children(item) if special is None else None
+        unusual = children is None and _unusual(item)
+        found: set[int] = set()
+        blocked: list[frozenset[K]] = []
+        for field in self._fields:
+            if children is not None and field.tag is not None:
+                values = children.get(field.tag, [])
+                if field.first:
+                    values = values[:1]
+                count, differ = len(values), False
+            elif children is not None and field.key == WHOLE_ITEM:
+                values, count, differ = [_text(item)], 1, False
+            else:
+                values, count, differ = field.read(item, unusual)
+            if differ and field.uses:
+                blocked.append(field.uses)
+            if count > 1 and field.singles:
+                blocked.append(field.singles)
+            if values:
+                for variant in field.variants:
+                    _scan(variant, values, found)
+        return found, blocked
 
     def match(self, item: etree._Element) -> tuple[set[K], set[K]]:
         """``(accepted, candidates)``: accepted observers are true without evaluating
         them; candidates must be evaluated; every other observer is false."""
-        if irregular(item):
+        scanned = self._found(item)
+        if scanned is None:
             return set(), set(self._keys)
-        found, ambiguous = self._found(item)
-        keys, checks, uses, postings = self._keys, self._checks, self._uses, self._postings
-        hit: set[int] = set()
-        for tid in found:
-            hit.update(postings.get(tid, ()))
-        hit.update(self._always_exact)
+        found, blocked = scanned
         accepted: set[K] = set()
-        candidates = set(self._always_open)
-        for index in hit:
-            check = checks[index]
-            if check is None or (ambiguous and not ambiguous.isdisjoint(uses[index])):
-                candidates.add(keys[index])
-            elif check(found):
-                accepted.add(keys[index])
+        candidates: set[K] = set()
+        for mode, slots, negated, everyone in self._groups:
+            hit: frozenset[K] | set[K] = everyone
+            for i, (pids, postings) in enumerate(slots):
+                present = found.intersection(pids)
+                if not present:
+                    hit = everyone  # empty
+                    break
+                if i == 0:
+                    hit = _union(postings, present)
+                elif len(present) == 1:
+                    hit = hit & postings[next(iter(present))]
+                else:  # each intersection costs the smaller set, a union the sum of all
+                    hit = set().union(*map(hit.intersection, map(postings.__getitem__, present)))
+                if not hit:
+                    break
+            if not hit:
+                continue
+            if mode == OPEN:
+                candidates |= hit
+            elif mode == EXACT:
+                for keys in blocked:
+                    candidates |= hit & keys
+                if negated is not None:
+                    present = found.intersection(negated[0])
+                    if present:
+                        hit = hit - _union(negated[1], present)
+                accepted |= hit
+            else:
+                checks = self._checks
+                for key in hit:
+                    if blocked and any(key in keys for keys in blocked):
+                        candidates.add(key)
+                    elif checks[key](found):
+                        accepted.add(key)
+        for keys in blocked:
+            accepted = accepted - keys
         return accepted, candidates
 
     def stats(self) -> dict[str, int]:
         """Counts for explain output."""
+        plans = self._plans
         return {
             "observers": len(self._keys),
-            "indexed": len(self._keys) - len(self._always),
-            "always_candidates": len(self._always),
-            "exact": sum(check is not None for check in self._checks),
+            "never": len(self._keys) - len(plans),
+            "indexed": sum(bool(plan.clauses) for plan in plans),
+            "always_candidates": sum(not plan.clauses and plan.mode == OPEN for plan in plans),
+            "exact": sum(plan.mode != OPEN for plan in plans),
+            "exact_if_single": sum(bool(single_fields(plan.formula)) for plan in plans),
+            "closures": len(self._checks),
             "terms": len(self._ids),
             "fields": len(self._fields),
         }
 
 
-__all__ = ["Condition", "Presearcher", "Term", "analyse", "condition", "field_reader", "irregular"]
+def _slot(
+    members: list[tuple[K, frozenset[int]]],
+) -> tuple[frozenset[int], dict[int, frozenset[K]]]:
+    postings: dict[int, set[K]] = {}
+    for key, pids in members:
+        for pid in pids:
+            postings.setdefault(pid, set()).add(key)
+    return frozenset(postings), {pid: frozenset(keys) for pid, keys in postings.items()}
+
+
+__all__ = [
+    "Condition",
+    "Presearcher",
+    "Term",
+    "analyse",
+    "condition",
+    "field_reader",
+    "irregular",
+]
