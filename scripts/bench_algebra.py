@@ -35,10 +35,11 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+from benchlib import argument_parser
+from proctree import PeakSampler, command_name
 
 HOUR = 3_600_000_000  # µs
 START = 1_717_200_000_000_000  # 2024-06-01, µs since the epoch
@@ -108,67 +109,18 @@ def generate(path: Path, n: int, days: int, seed: int = 11) -> None:
 # -- memory ----------------------------------------------------------------------------
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # the process is gone
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
+KINDS = ("driver", "jvm", "workers")
 
 
-def _descendants(root: int) -> Iterator[int]:
-    tree, todo = _children(), [root]
-    while todo:
-        pid = todo.pop()
-        yield pid
-        todo.extend(tree.get(pid, []))
-
-
-def _rss_and_kind(pid: int) -> tuple[int, str]:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            fields = dict(line.split(":", 1) for line in fh if ":" in line)
-        with open(f"/proc/{pid}/comm") as fh:
-            command = fh.read().strip()
-    except OSError:
-        return 0, ""
-    rss = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
+def _kind(pid: int) -> str:
+    """Of this process's tree: driver (itself), jvm, or workers (Spark's Python
+    workers); "" when it is gone."""
     if pid == os.getpid():
-        return rss, "driver"
-    return rss, "jvm" if command == "java" else "workers"
-
-
-class PeakMemory:
-    """The peak resident memory of this process and its descendants, by kind."""
-
-    def __init__(self) -> None:
-        self.peak: dict[str, int] = {"driver": 0, "jvm": 0, "workers": 0, "total": 0}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            now = {"driver": 0, "jvm": 0, "workers": 0}
-            for pid in _descendants(os.getpid()):
-                rss, kind = _rss_and_kind(pid)
-                if kind:
-                    now[kind] += rss
-            now["total"] = sum(now.values())
-            for kind, value in now.items():
-                self.peak[kind] = max(self.peak[kind], value)
+        return "driver"
+    command = command_name(pid)
+    if not command:
+        return ""
+    return "jvm" if command == "java" else "workers"
 
 
 # -- one engine, in its own process ----------------------------------------------------
@@ -183,15 +135,17 @@ def run_engine(engine: str, work: Path, query: str) -> dict[str, object]:
     if engine == "spark":
         warm = read_events(work / "warm-up.jsonl")
         run_spark(config, warm)  # the JVM, JIT and Python workers: not counted
-    with PeakMemory() as memory:
+    with PeakSampler(os.getpid(), every=0.1, kind=_kind) as memory:
         started = time.perf_counter()
         run = run_spark if engine == "spark" else run_reference
         outputs = run(config, events)
         seconds = time.perf_counter() - started
+    peaks = {kind: memory.peaks.get(kind, 0) for kind in KINDS}
     write_outputs(outputs, work / f"out-{query}-{engine}", events.iso_times)
     items = sum(1 for e in events.events if e.item is not None)
     results = len(outputs[query][""])
-    return {"engine": engine, "seconds": seconds, "items": items, "pairs": results, **memory.peak}
+    figures = {"engine": engine, "seconds": seconds, "items": items, "pairs": results}
+    return {**figures, **peaks, "total": memory.peak}
 
 
 def _spawn(engine: str, work: Path, query: str) -> dict[str, object]:
@@ -217,9 +171,7 @@ def report(query: str, results: list[dict[str, object]]) -> None:
     for r in results:
         seconds = float(str(r["seconds"]))
         rates[str(r["engine"])] = int(str(r["items"])) / seconds
-        memory = " ".join(
-            _mb(r[k] if r[k] else None) for k in ("driver", "jvm", "workers", "total")
-        )
+        memory = " ".join(_mb(r[k] if r[k] else None) for k in (*KINDS, "total"))
         print(
             f"{r['engine']:>9} {rates[str(r['engine'])]:9.0f} {seconds:8.1f} {r['pairs']:>7}"
             f"           {memory}"
@@ -232,9 +184,7 @@ def report(query: str, results: list[dict[str, object]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--items", type=int, default=50_000, help="items per feed")
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--query", nargs="+", choices=tuple(QUERIES), default=list(QUERIES))

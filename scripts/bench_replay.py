@@ -11,21 +11,23 @@ machine (2 cores here); run it twice and quote the second run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import tempfile
 import time
 from pathlib import Path
 
-CONFIGS = {
-    # issue 2: a filter and a split (XPath observers and a split function)
-    "filter+split": """
+from benchlib import argument_parser
+
+HEAD = """
 settings: {{data_dir: {data}, spark: {{master: "local[2]", shuffle_partitions: 2}}}}
 sources:
   wire: {{feed: "file:wire.xml"}}
   blog: {{feed: "file:blog.xml"}}
-streams:
+streams:"""
+CONFIGS = {
+    # issue 2: a filter and a split (XPath observers and a split function)
+    "filter+split": """
   volcano:
     filter: {{from: wire, where: "contains(lower-case(title), 'volcano')"}}
   topics:
@@ -33,11 +35,6 @@ streams:
 """,
     # issue 3: a filter (lxml fast path) then an XQuery mutator (Saxon, batched)
     "filter+mutator": """
-settings: {{data_dir: {data}, spark: {{master: "local[2]", shuffle_partitions: 2}}}}
-sources:
-  wire: {{feed: "file:wire.xml"}}
-  blog: {{feed: "file:blog.xml"}}
-streams:
   tagged:
     map:
       from: {{filter: {{from: {{union: [wire, blog]}}, where: "category = ('world', 'science')"}}}}
@@ -65,9 +62,7 @@ def generate(path: Path, n: int, seed: int = 7) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--only", choices=sorted(CONFIGS), help="run one configuration")
     args = parser.parse_args()
@@ -85,7 +80,8 @@ def main() -> None:
             continue
         folder = work / name
         folder.mkdir()
-        (folder / "feeds.yaml").write_text(template.format(data=folder / "data", xquery=xquery))
+        config_text = (HEAD + template).format(data=folder / "data", xquery=xquery)
+        (folder / "feeds.yaml").write_text(config_text)
         config = load_config(folder / "feeds.yaml")
         started = time.perf_counter()
         build_session(config.settings.spark, work / "cache")

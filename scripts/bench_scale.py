@@ -37,12 +37,8 @@ import json
 import os
 import random
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +48,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 from xml.sax.saxutils import escape
+
+from benchlib import add_master_and_seed, argument_parser, fill_defaults, fmt, work_folder
+from proctree import PeakSampler, stop_tree
 
 
 def _words(text: str) -> list[str]:
@@ -306,98 +305,7 @@ def spark_settings(data: Path, master: str, extra: str = "") -> str:
     )
 
 
-# -- process trees: memory and CPU ------------------------------------------------------
-
-try:  # psutil when the venv has it, else /proc directly
-    import psutil
-except ImportError:  # pragma: no cover - depends on the venv
-    psutil = None
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # gone meanwhile
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
-
-
-def tree_pids(root: int) -> list[int]:
-    """root and all its descendants that are alive now."""
-    if psutil is not None:
-        try:
-            return [root] + [p.pid for p in psutil.Process(root).children(recursive=True)]
-        except psutil.Error:
-            return []
-    tree, todo, found = _proc_children(), [root], []
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system time of the process and of its reaped children."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS  # utime stime cutime cstime
-
-
-def tree_cpu_seconds(root: int) -> float:
-    return sum(cpu_seconds(pid) for pid in tree_pids(root))
-
-
-class PeakSampler(threading.Thread):
-    """Samples the resident memory of a process tree every `every` seconds."""
-
-    def __init__(self, root: int, every: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.root, self.every, self.peak = root, every, 0
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            total = sum(rss_bytes(pid) for pid in tree_pids(self.root))
-            self.peak = max(self.peak, total)
-            self._stop_event.wait(self.every)
-
-    def stop(self) -> int:
-        self._stop_event.set()
-        self.join()
-        return self.peak
-
-
-def stop_tree(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
-    """End a child started with start_new_session=True, and its process group."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+# -- measured runs ----------------------------------------------------------------------
 
 
 @dataclass
@@ -668,7 +576,7 @@ def measure_baseline(bench: Bench, n: int, kind: str) -> tuple[Row, dict[str, An
     result = json.loads(run.stdout.strip().splitlines()[-1])
     scale = len(bench.items) / max(1, result["items"])
     seconds = (result["parse"] + result["evaluate"]) * scale
-    note = f"parse {_fmt(result['parse'] * scale)}s + XPath {_fmt(result['evaluate'] * scale)}s"
+    note = f"parse {fmt(result['parse'] * scale)}s + XPath {fmt(result['evaluate'] * scale)}s"
     if result["items"] < len(bench.items):
         note = f"sampled {result['items']:,} items, extrapolated x{scale:,.0f}; " + note
     matches = result["matches"] if result["items"] == len(bench.items) else None
@@ -788,13 +696,6 @@ What the figures mean:
 - ratios: the second measure's time / the first's (above 1: the first is faster)."""
 
 
-def _fmt(value: float | None, spec: str = "") -> str:
-    """Seconds by default: two decimals below 10, one above."""
-    if value is None:
-        return "-"
-    return format(value, spec or (".2f" if value < 10 else ",.1f"))
-
-
 def table(rows: Sequence[Row]) -> list[str]:
     lines = [
         "| N | measure | items | time s | wall s | items/s | pairs/s | peak RSS MB | matches "
@@ -806,9 +707,9 @@ def table(rows: Sequence[Row]) -> list[str]:
         pairs = rate * r.n if rate is not None else None
         rss = r.peak_rss / 2**20 if r.peak_rss else None
         lines.append(
-            f"| {r.n:,} | {r.measure} | {r.items:,} | {_fmt(r.seconds)} | {_fmt(r.wall)} "
-            f"| {_fmt(rate, ',.0f')} | {_fmt(pairs, ',.0f')} | {_fmt(rss, ',.0f')} "
-            f"| {_fmt(r.matches, ',d')} | {r.note} |"
+            f"| {r.n:,} | {r.measure} | {r.items:,} | {fmt(r.seconds)} | {fmt(r.wall)} "
+            f"| {fmt(rate, ',.0f')} | {fmt(pairs, ',.0f')} | {fmt(rss, ',.0f')} "
+            f"| {fmt(r.matches, ',d')} | {r.note} |"
         )
     return lines
 
@@ -926,9 +827,7 @@ def report(bench: Bench, subs: Sequence[int], caveat: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     add = parser.add_argument
     add("--items", type=int, help="generated items (default 100,000; --quick: 1,000)")
     add("--subs", help="comma-separated subscription counts (default 1,10,100,1000,10000)")
@@ -946,8 +845,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--lxml-pairs", type=int, help="pairs the lxml limit evaluates before sampling")
     add("--min-sample", type=int, default=200, help="fewest items a sampled baseline runs on")
     add("--timeout", type=float, help="seconds per measurement before it is killed")
-    add("--master", default="local[*]", help="Spark master (default local[*])")
-    add("--seed", type=int, default=42)
+    add_master_and_seed(parser)
     add("--work", help="working folder (default: a new temporary one)")
     add("--keep", action="store_true", help="keep the working folder (generated files, outputs)")
     for hidden in ("--worker", "--feeds", "--events"):
@@ -955,17 +853,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for hidden in ("--n", "--sample", "--check"):
         add(hidden, type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    quick = args.quick
     defaults = {
-        "items": 1_000 if quick else 100_000,
-        "once_per_feed": 20 if quick else 200,
-        "naive_pairs": 5_000 if quick else 2_000_000,
-        "lxml_pairs": 50_000 if quick else 5_000_000,
-        "timeout": 900.0 if quick else 3600.0,
+        "items": (1_000, 100_000),
+        "once_per_feed": (20, 200),
+        "naive_pairs": (5_000, 2_000_000),
+        "lxml_pairs": (50_000, 5_000_000),
+        "timeout": (900.0, 3600.0),
     }
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    fill_defaults(args, defaults)
     if args.quick and args.min_sample == 200:
         args.min_sample = 100
     return args
@@ -985,27 +880,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     subs = subscription_counts(args)
     caveat = machine()
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="roses-scale-"))
-    work.mkdir(parents=True, exist_ok=True)
-    print(f"working in {work}; {caveat}", file=sys.stderr)
-    started = time.perf_counter()
-    items = generate_items(args.items, args.seed)
-    events, startup_events = work / "events.jsonl", work / "events-startup.jsonl"
-    write_events(items, events)
-    write_events(items[: args.startup_items], startup_events)
-    subscriptions = generate_subscriptions(max(subs), args.seed)
-    bench = Bench(args, work, items, subscriptions, events, startup_events)
-    print(
-        f"generated {len(items):,} items in {time.perf_counter() - started:.1f}s", file=sys.stderr
-    )
-    try:
+    with work_folder("roses-scale-", args.keep, args.work) as work:
+        print(f"working in {work}; {caveat}", file=sys.stderr)
+        started = time.perf_counter()
+        items = generate_items(args.items, args.seed)
+        events, startup_events = work / "events.jsonl", work / "events-startup.jsonl"
+        write_events(items, events)
+        write_events(items[: args.startup_items], startup_events)
+        subscriptions = generate_subscriptions(max(subs), args.seed)
+        bench = Bench(args, work, items, subscriptions, events, startup_events)
+        elapsed = time.perf_counter() - started
+        print(f"generated {len(items):,} items in {elapsed:.1f}s", file=sys.stderr)
         if not args.skip_spark:
             warm_up(bench)
         for n in subs:
             measure_n(bench, n)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     report(bench, subs, caveat)
     return 0
 

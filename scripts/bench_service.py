@@ -36,7 +36,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -49,8 +48,9 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_scale as scale  # the generators and the process-tree helpers
+import bench_scale as scale  # the generators, `roses` and the machine
+import proctree
+from benchlib import add_master_and_seed, argument_parser, fill_defaults, fmt, work_folder
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -139,10 +139,10 @@ class Daemon:
         try:
             self.proc.send_signal(signal.SIGINT)
             code = self.proc.wait(timeout=timeout)
-            scale.stop_tree(self.proc, grace=5.0)  # anything it left behind
+            proctree.stop_tree(self.proc, grace=5.0)  # anything it left behind
         except subprocess.TimeoutExpired:
             code = None
-            scale.stop_tree(self.proc)
+            proctree.stop_tree(self.proc)
         self.proc = None
         return time.monotonic() - started, code
 
@@ -232,12 +232,12 @@ def settle(daemon: Daemon, run: ServiceRun, args: argparse.Namespace) -> None:
 def measure_idle(daemon: Daemon, run: ServiceRun, args: argparse.Namespace) -> None:
     settle(daemon, run, args)
     before = daemon.health()
-    cpu0, t0 = scale.tree_cpu_seconds(daemon.pid), time.monotonic()
+    cpu0, t0 = proctree.tree_cpu_seconds(daemon.pid), time.monotonic()
     time.sleep(args.idle)
-    cpu1, t1 = scale.tree_cpu_seconds(daemon.pid), time.monotonic()
+    cpu1, t1 = proctree.tree_cpu_seconds(daemon.pid), time.monotonic()
     daemon.check_alive()
     run.idle_cpu = 100.0 * (cpu1 - cpu0) / (t1 - t0)
-    run.idle_rss = sum(scale.rss_bytes(pid) for pid in scale.tree_pids(daemon.pid))
+    run.idle_rss = sum(proctree.rss_bytes(pid) for pid in proctree.tree_pids(daemon.pid))
     after = daemon.health()
     counts = [after.get(k, 0) - before.get(k, 0) for k in ("batches_written", "rows_written")]
     run.idle_writes = "{} / {}".format(*counts) if before and after else "-"
@@ -484,10 +484,6 @@ def measure_latency(folder: Path, args: argparse.Namespace) -> Latency:
 # -- report and command line ------------------------------------------------------------
 
 
-def _f(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def report(runs: Sequence[ServiceRun], latency: Latency | None, args: argparse.Namespace) -> None:
     print("# ROSES as a service (`roses run`)\n")
     print(scale.machine() + f"  Spark master {args.master}.\n")
@@ -500,17 +496,26 @@ def report(runs: Sequence[ServiceRun], latency: Latency | None, args: argparse.N
         print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in runs:
         rss = r.idle_rss / 2**20 if r.idle_rss else None
-        print(
-            f"| {r.label} | {_f(r.healthy_s)} | {_f(r.first_feed_s)} | {r.first_feed} "
-            f"| {_f(r.settled_s)} | {_f(r.idle_cpu)} | {_f(rss, ',.0f')} | {r.idle_writes} "
-            f"| {_f(r.stop_s)} | {_f(r.exit_code, 'd')} | {r.note} |"
-        )
+        cells = [
+            r.label,
+            fmt(r.healthy_s, ".1f"),
+            fmt(r.first_feed_s, ".1f"),
+            r.first_feed,
+            fmt(r.settled_s, ".1f"),
+            fmt(r.idle_cpu, ".1f"),
+            fmt(rss, ",.0f"),
+            r.idle_writes,
+            fmt(r.stop_s, ".1f"),
+            fmt(r.exit_code, "d"),
+            r.note,
+        ]
+        print("| " + " | ".join(cells) + " |")
     if latency is not None:
         values = latency.latencies
         print(
             f"\nLatency, local feed -> published feed (every: {args.every}, trigger: "
             f"{args.trigger}, one probe every {args.interval}s; daemon healthy after "
-            f"{_f(latency.ready_s)}s):\n"
+            f"{fmt(latency.ready_s, '.1f')}s):\n"
         )
         if values:
             print(
@@ -518,7 +523,8 @@ def report(runs: Sequence[ServiceRun], latency: Latency | None, args: argparse.N
                 f"p99 {percentile(values, 99):.2f}s, mean {sum(values) / len(values):.2f}s, "
                 f"min {min(values):.2f}s, max {max(values):.2f}s"
             )
-        print(f"- SIGINT to exit {_f(latency.stop_s)}s, exit code {_f(latency.exit_code, 'd')}")
+        stop, code = fmt(latency.stop_s, ".1f"), fmt(latency.exit_code, "d")
+        print(f"- SIGINT to exit {stop}s, exit code {code}")
         if latency.note:
             print(f"- note: {latency.note}")
     print(LEGEND)
@@ -543,9 +549,7 @@ What the figures mean:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     add = parser.add_argument
     add("--quick", action="store_true", help="a small smoke run (idle 10 s, 10 probes, 20 subs)")
     add("--subs", type=int, help="subscriptions of the generated config (default 1,000)")
@@ -559,14 +563,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--trigger", default="1s", help="settings.spark.trigger for the latency run (1s)")
     add("--drain", type=float, default=120.0, help="seconds to wait for the last probes")
     add("--start-timeout", type=float, default=900.0, help="seconds allowed to start")
-    add("--master", default="local[*]", help="Spark master (default local[*])")
-    add("--seed", type=int, default=42)
+    add_master_and_seed(parser)
     add("--skip-shipped", action="store_true", help="no cold start of the shipped feeds.yaml")
     add("--skip-generated", action="store_true", help="no cold start of the generated config")
     add("--skip-latency", action="store_true", help="no latency measurement")
     add("--keep", action="store_true", help="keep the working folder (configs, data, logs)")
     args = parser.parse_args(argv)
-    defaults: dict[str, Any] = {
+    defaults = {
         "subs": (20, 1000),
         "per_feed": (20, 200),
         "idle": (10.0, 60.0),
@@ -574,19 +577,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "settle_timeout": (60.0, 300.0),
         "latency_items": (10, 100),
     }
-    for name, (quick, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    fill_defaults(args, defaults)
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="roses-service-"))
-    print(f"working in {work}", file=sys.stderr)
     runs: list[ServiceRun] = []
     latency = None
-    try:
+    with work_folder("roses-service-", args.keep) as work:
+        print(f"working in {work}", file=sys.stderr)
         if not args.skip_shipped:
             port = free_port()
             config, candidates = shipped_config(work / "shipped", port)
@@ -599,9 +599,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(cold_start(label, config, port, candidates, args))
         if not args.skip_latency:
             latency = measure_latency(work / "latency", args)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     report(runs, latency, args)
     return 0
 

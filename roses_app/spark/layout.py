@@ -161,7 +161,6 @@ def _existing(
     return kept, dropped
 
 
-def remove_query(checkpoints: Path, frontier: Path, query_id: str) -> None:
+def remove_query(checkpoints: Path, query_id: str) -> None:
     log.info("dropping query %s: no stream of the config needs it any more", query_id)
     shutil.rmtree(checkpoints / query_id, ignore_errors=True)
-    shutil.rmtree(frontier / f"backfill-{query_id}", ignore_errors=True)

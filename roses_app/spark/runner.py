@@ -168,7 +168,8 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
         engine.frontier.clear()
     layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
     for qid in layout.dropped:
-        remove_query(engine.checkpoints, engine.frontier.root, qid)
+        remove_query(engine.checkpoints, qid)
+        engine.frontier.remove(qid)
     return layout
 
 
@@ -212,7 +213,10 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
         streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
     keys = {plan.id_of(node) for node in frontier}
     frame = fused_frame(events_stream(engine.spark, engine.log_dir), program, engine.errors)
-    return frame, stateless_handler(engine, streams_of, keys if frontier else None)
+    readers = [g.id for g in layout.generations]
+    for generation in readers:
+        engine.frontier.prepare(generation)
+    return frame, stateless_handler(engine, streams_of, keys if frontier else None, readers)
 
 
 def split_rows(
@@ -236,14 +240,17 @@ def split_rows(
 
 
 def stateless_handler(
-    engine: Engine, streams_of: dict[str, list[str]], frontier_keys: set[str] | None
+    engine: Engine,
+    streams_of: dict[str, list[str]],
+    frontier_keys: set[str] | None,
+    readers: Sequence[str],
 ) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> None:
         rows, frontier, latest_ts, latest_seq = split_rows(
             batch.toArrow(), streams_of, frontier_keys
         )
         if frontier_keys is not None and (frontier or latest_seq):
-            engine.frontier.write_live(batch_id, frontier, latest_ts, latest_seq)
+            engine.frontier.write_live(readers, batch_id, frontier, latest_ts, latest_seq)
         engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
 
     return handle

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
-from itertools import product
+from itertools import chain, product
 from operator import itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -61,6 +61,9 @@ TOKEN_CACHE = 50_000  # words whose terms a scanner keeps; then it starts afresh
 # Where a term occurs, as bit flags: anywhere, at the start or end of a value, or as
 # a whole value (one occurrence both starting and ending a value).
 ANY, START, END, WHOLE = 1, 2, 4, 8
+# A term id and an anchor as one int, a "pid": the anchor in the high bits, so that
+# the pids of a set of terms hash to different slots of a set's table.
+_ANCHOR_SHIFT = 32
 _STRING_TESTS = {"contains": ANY, "starts-with": START, "ends-with": END}
 
 
@@ -463,7 +466,7 @@ def _scan(variant: _Variant, values: list[str], found: set[int]) -> None:
         values = [value.lower() for value in values] if len(values) > 1 else [values[0].lower()]
     if variant.words is not None:
         text = values[0] if len(values) == 1 else " ".join(values)
-        found.update(*map(variant.words.__getitem__, text.split()))
+        found.update(chain.from_iterable(map(variant.words.__getitem__, text.split())))
     if variant.spaced is not None:
         found.update(map(_second, variant.spaced.iter(SEPARATOR.join(values))))
     anchored = variant.anchored
@@ -495,7 +498,7 @@ def _variant(lowered: bool, pids: dict[Term, list[int]]) -> _Variant:
     wholes: dict[str, int] = {}
     for term, ids in pids.items():
         for pid in ids:
-            anchor = pid & 15
+            anchor = pid >> _ANCHOR_SHIFT
             if anchor == ANY:
                 spaces = any(char.isspace() for char in term.text)
                 (spaced if spaces else words).add_word(term.text, pid)
@@ -592,21 +595,26 @@ class _Plan(Generic[K]):
     formula: Formula | None = None
 
 
+Postings = dict[int, frozenset[Any]]  # pid -> observer keys
+
+
 class _Group(NamedTuple):
-    """Observers of one mode and number of clauses: slot i holds their i-th clauses,
-    as pid -> the observers with that pid in it."""
+    """Observers of one mode and number of clauses: slot i holds their i-th clauses."""
 
     mode: int
-    slots: tuple[tuple[frozenset[int], dict[int, frozenset[Any]]], ...]
-    negated: tuple[frozenset[int], dict[int, frozenset[Any]]] | None
+    slots: tuple[Postings, ...]
+    negated: Postings | None  # EXACT: the pids that make them false
+    negated_by: dict[Any, frozenset[int]]  # those pids by observer
     everyone: frozenset[Any]  # with no clause
 
 
-def _union(postings: dict[int, frozenset[K]], pids: set[int]) -> frozenset[K] | set[K]:
-    if len(pids) == 1:
-        for pid in pids:
-            return postings[pid]
-    return set().union(*map(postings.__getitem__, pids))
+def _postings(found: set[int], postings: Postings) -> list[frozenset[Any]]:
+    """The postings of the pids found (a look-up per pid found: fewer than indexed)."""
+    return list(filter(None, map(postings.get, found)))
+
+
+def _union(sets: list[frozenset[K]]) -> frozenset[K] | set[K]:
+    return sets[0] if len(sets) == 1 else set().union(*sets)
 
 
 class Presearcher(Generic[K]):
@@ -624,7 +632,7 @@ class Presearcher(Generic[K]):
 
     def _pid(self, term: Term, anchor: int = ANY) -> int:
         """A term and an anchor as one int: where this anchor holds, it is found."""
-        return self._ids.setdefault(term, len(self._ids)) << 4 | anchor
+        return anchor << _ANCHOR_SHIFT | self._ids.setdefault(term, len(self._ids))
 
     def _leaf_pid(self, leaf: Leaf) -> int:
         return self._pid(leaf.term, leaf.anchor)
@@ -660,7 +668,7 @@ class Presearcher(Generic[K]):
             for clause in plan.clauses:
                 for pid in clause:
                     usage[pid] = usage.get(pid, 0) + 1
-        grouped: dict[tuple[int, int], list[_Plan[K]]] = {}
+        grouped: dict[tuple[int, int, bool], list[_Plan[K]]] = {}
         for plan in plans:
             plan.clauses.sort(key=lambda clause: (sum(usage[p] for p in clause), sorted(clause)))
             if plan.mode != EXACT:
@@ -669,13 +677,15 @@ class Presearcher(Generic[K]):
                 assert len(plan.clauses) <= MAX_CLAUSES
             if plan.check is not None:
                 self._checks[plan.key] = plan.check
-            grouped.setdefault((plan.mode, len(plan.clauses)), []).append(plan)
+            group = (plan.mode, len(plan.clauses), bool(plan.negated))
+            grouped.setdefault(group, []).append(plan)
         groups = []
-        for (mode, size), members in sorted(grouped.items()):
+        for (mode, size, _), members in sorted(grouped.items()):
             slots = tuple(_slot([(m.key, m.clauses[i]) for m in members]) for i in range(size))
-            negated = _slot([(m.key, m.negated) for m in members if m.negated])
+            negated = _slot([(m.key, m.negated) for m in members])
+            negated_by = {m.key: m.negated for m in members if m.negated}
             everyone = frozenset(m.key for m in members) if not size else frozenset()
-            groups.append(_Group(mode, slots, negated if negated[0] else None, everyone))
+            groups.append(_Group(mode, slots, negated or None, negated_by, everyone))
         return groups
 
     def _scanners(self, plans: list[_Plan[K]]) -> list[_Field]:
@@ -693,7 +703,7 @@ class Presearcher(Generic[K]):
                     used.add(self._leaf_pid(leaf))
         terms: dict[tuple[str, bool], dict[Term, list[int]]] = {}
         for term, tid in self._ids.items():
-            pids = [tid << 4 | anchor for anchor in (ANY, START, END, WHOLE)]
+            pids = [anchor << _ANCHOR_SHIFT | tid for anchor in (ANY, START, END, WHOLE)]
             pids = [pid for pid in pids if pid in used]
             if pids:
                 terms.setdefault((term.field, term.lowered), {})[term] = pids
@@ -777,33 +787,38 @@ class Presearcher(Generic[K]):
         found, blocked = scanned
         accepted: set[K] = set()
         candidates: set[K] = set()
-        for mode, slots, negated, everyone in self._groups:
-            hit: frozenset[K] | set[K] = everyone
-            for i, (pids, postings) in enumerate(slots):
-                present = found.intersection(pids)
-                if not present:
-                    hit = everyone  # empty
-                    break
-                if i == 0:
-                    hit = _union(postings, present)
-                elif len(present) == 1:
-                    hit = hit & postings[next(iter(present))]
-                else:  # each intersection costs the smaller set, a union the sum of all
-                    hit = set().union(*map(hit.intersection, map(postings.__getitem__, present)))
+        for mode, slots, negated, negated_by, everyone in self._groups:
+            hit: frozenset[K] | set[K] | list[K] = everyone
+            if slots:
+                sets = _postings(found, slots[0])
+                if not sets:
+                    continue
+                if mode == EXACT and len(slots) == 1 and negated is None and not blocked:
+                    accepted.update(*sets)  # the common case: no set built but the result
+                    continue
+                hit = _union(sets)
+                for postings in slots[1:]:
+                    sets = _postings(found, postings)
+                    if len(sets) == 1:
+                        hit = hit & sets[0]
+                    else:  # an intersection costs the smaller set, a union the sum of all
+                        hit = set().union(*map(hit.intersection, sets))
+                    if not hit:
+                        break
                 if not hit:
-                    break
-            if not hit:
-                continue
+                    continue
             if mode == OPEN:
-                candidates |= hit
+                candidates.update(hit)
             elif mode == EXACT:
                 for keys in blocked:
-                    candidates |= hit & keys
+                    candidates.update(keys.intersection(hit))
                 if negated is not None:
-                    present = found.intersection(negated[0])
-                    if present:
-                        hit = hit - _union(negated[1], present)
-                accepted |= hit
+                    sets = _postings(found, negated)
+                    if len(sets) >= len(hit):
+                        hit = [key for key in hit if found.isdisjoint(negated_by[key])]
+                    elif sets:
+                        hit = set(hit).difference(*sets)
+                accepted.update(hit)
             else:
                 checks = self._checks
                 for key in hit:
@@ -831,14 +846,12 @@ class Presearcher(Generic[K]):
         }
 
 
-def _slot(
-    members: list[tuple[K, frozenset[int]]],
-) -> tuple[frozenset[int], dict[int, frozenset[K]]]:
+def _slot(members: list[tuple[K, frozenset[int]]]) -> dict[int, frozenset[K]]:
     postings: dict[int, set[K]] = {}
     for key, pids in members:
         for pid in pids:
             postings.setdefault(pid, set()).add(key)
-    return frozenset(postings), {pid: frozenset(keys) for pid, keys in postings.items()}
+    return {pid: frozenset(keys) for pid, keys in postings.items()}
 
 
 __all__ = [

@@ -1,0 +1,55 @@
+"""Command-line and report helpers shared by the benchmark scripts.
+
+Imported by the scripts in this folder (run as `python scripts/X.py`, which puts the
+folder on sys.path)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser whose --help shows the script's docstring as it is written."""
+    return argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def add_master_and_seed(parser: argparse.ArgumentParser) -> None:
+    """--master (the Spark master) and --seed (of the generated items)."""
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--seed", type=int, default=42)
+
+
+def fill_defaults(args: argparse.Namespace, defaults: Mapping[str, tuple[Any, Any]]) -> None:
+    """Set each option of `defaults`, name: (its value with --quick, without), that the
+    command line left out (None)."""
+    for name, (quick, full) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+
+
+@contextmanager
+def work_folder(prefix: str, keep: bool, folder: str | None = None) -> Iterator[Path]:
+    """`folder`, or a new temporary folder named prefix...; removed at the end of the
+    block unless keep."""
+    work = Path(folder) if folder else Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        yield work
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def fmt(value: float | None, spec: str = "") -> str:
+    """A table cell: "-" for None; by default seconds, two decimals below 10, one above."""
+    if value is None:
+        return "-"
+    return format(value, spec or (".2f" if value < 10 else ",.1f"))
