@@ -159,3 +159,42 @@ def test_adding_streams_recomputes_only_them(tmp_path: Path, spark: Any) -> None
         assert len(written) == len(set(written)), f"{name}: rows written again"
     for name in ("volcano", "rain", "ash", "hourly"):
         assert sorted(sink.collected[name].get("", [])) == expected[name][""], name
+
+
+class FakeLedger:
+    def __init__(self, position: int, versions: dict[str, str]) -> None:
+        self._position, self._versions = position, versions
+
+    def position(self, query_id: str) -> int:
+        return self._position
+
+    def versions(self) -> dict[str, str]:
+        return dict(self._versions)
+
+
+def test_the_layout_keeps_what_can_go_on_and_starts_what_is_new(tmp_path: Path) -> None:
+    from roses_app.algebra.globalplan import stream_fingerprint
+    from roses_app.spark.layout import STATELESS_QUERY, plan_layout, save_generation
+
+    hourly = Stream("hourly", Aggregate(Window(VOLCANO, TimeWindow(10, 10)), DIGEST, "hourly"))
+    volcano, rain = Stream("volcano", VOLCANO), Stream("rain", Filter(Source("b"), "true()"))
+    # a fresh start: one stateless query, one generation, nothing to backfill
+    fresh = plan_layout([volcano, hourly], (), tmp_path, FakeLedger(0, {}))
+    assert fresh.position == 0 and [s.name for s in fresh.new_stateless] == ["volcano"]
+    assert fresh.query_ids() == [STATELESS_QUERY, fresh.generations[0].id]
+    # after a run: the stateless checkpoint and the generation's plans are there
+    (tmp_path / STATELESS_QUERY).mkdir()
+    save_generation(tmp_path / fresh.generations[0].id, fresh.generations[0].streams)
+    published = {"volcano": stream_fingerprint(volcano, ()), "gone": "0" * 16}
+    later = plan_layout([volcano, rain, hourly], (), tmp_path, FakeLedger(42, published))
+    assert later.position == 42
+    assert [s.name for s in later.new_stateless] == ["rain"]  # volcano goes on
+    assert later.removed == ("gone",)  # forgotten: adding it again recomputes it
+    assert [(g.id, g.fresh) for g in later.generations] == [(fresh.generations[0].id, False)]
+    # hourly changed: a new generation from position 42; the old one has no stream left
+    changed = Stream("hourly", Aggregate(Window(VOLCANO, TimeWindow(20, 20)), DIGEST, "hourly"))
+    edited = plan_layout([volcano, changed], (), tmp_path, FakeLedger(42, published))
+    assert edited.dropped == (fresh.generations[0].id,)
+    assert [(g.live, g.boundary, g.fresh) for g in edited.generations] == [
+        (frozenset({"hourly"}), 42, True)
+    ]

@@ -77,6 +77,9 @@ class Layout:
     position: int
     generations: tuple[Generation, ...]
     dropped: tuple[str, ...]  # generations no stream needs any more
+    # published stateless streams no longer in the config: their output is forgotten,
+    # so that adding one again computes it over the whole spool
+    removed: tuple[str, ...] = ()
 
     def query_ids(self) -> list[str]:
         first = [STATELESS_QUERY] if self.stateless or self.generations else []
@@ -134,8 +137,16 @@ def plan_layout(
         generations.append(
             Generation(gen_id, tuple(rest), frozenset(s.name for s in rest), position, True)
         )
+    removed = tuple(sorted(name for name in published if name not in prints))
     return Layout(
-        plan, stateless, prints, new_stateless, position, tuple(generations), tuple(dropped)
+        plan,
+        stateless,
+        prints,
+        new_stateless,
+        position,
+        tuple(generations),
+        tuple(dropped),
+        removed,
     )
 
 

@@ -167,6 +167,9 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
             shutil.rmtree(old, ignore_errors=True)
         engine.frontier.clear()
     layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
+    for name in layout.removed:
+        log.info("stream %s is no longer in the config: forgetting its output", name)
+        engine.sink.restart_stream(name)
     for qid in layout.dropped:
         remove_query(engine.checkpoints, qid)
         engine.frontier.remove(qid)
