@@ -1,21 +1,24 @@
 """The presearcher: necessary conditions of observers, and matching items with them.
 
-Unit tests pin what ``condition`` understands and when a condition is exact; the
-property tests check the one thing that matters, on random observers and items: the
-observers accepted, plus the candidates that evaluate true, are exactly the observers
-``filter_batch`` finds true (with the lxml fast path on and off).
+Unit tests pin what ``condition`` understands and when a condition is exact (always,
+or on items where a field has at most one value); the property tests check the one
+thing that matters, on random observers and items: the observers accepted, plus the
+candidates that evaluate true, are exactly the observers ``filter_batch`` finds true
+(with the lxml fast path on and off), with the index nested or flat.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from roses_app.xmlfn import filter_batch
+from roses_app.xmlfn import filter_batch, presearch
 from roses_app.xmlfn.presearch import (
     SEPARATOR,
     Presearcher,
@@ -30,6 +33,8 @@ from roses_app.xmlfn.xpath import compile_xpath, parse
 DC = "{http://purl.org/dc/elements/1.1/}creator"
 NS = (("x", "urn:x"),)
 DATA = Path(__file__).resolve().parent / "data" / "xmlfn"
+# PRESEARCH_EXAMPLES=1500 for a longer run of the equivalence property test
+EXAMPLES = int(os.environ.get("PRESEARCH_EXAMPLES", "120"))
 
 
 def quiet(xml: str | None, exc: Exception) -> None:
@@ -42,52 +47,78 @@ def terms(*specs: tuple[str, bool, str]) -> frozenset[Term]:
 
 # -- what condition() understands ----------------------------------------------------------
 
+EXACT, SINGLE, OPEN = "exact", "single", "open"  # SINGLE: where the field has <= 1 value
+
 UNDERSTOOD = [
-    ("contains(lower-case(string(.)), 'volcano')", terms((".", True, "volcano")), True),
-    ("contains(., 'x')", terms((".", False, "x")), True),
-    ("contains($i, 'x')", terms((".", False, "x")), True),
-    ("starts-with(string(), 'Ab')", terms((".", False, "Ab")), True),
-    ("ends-with(lower-case($i), 'z')", terms((".", True, "z")), True),
-    ("contains(title, 'x')", terms(("title", False, "x")), False),
-    ("contains($i/title, 'x')", terms(("title", False, "x")), False),
-    ("contains(string(./title), 'x')", terms(("title", False, "x")), False),
-    ("contains(lower-case(title[1]), 'x')", terms(("title[1]", True, "x")), True),
-    ("title = 'a'", terms(("title", False, "a")), True),
-    ("'a' = title", terms(("title", False, "a")), True),
-    ("category = ('a', 'b')", terms(("category", False, "a"), ("category", False, "b")), True),
-    ("lower-case(title) = 'a'", terms(("title", True, "a")), False),
-    ("title eq 'a'", terms(("title", False, "a")), False),
-    (". eq 'a'", terms((".", False, "a")), True),
-    ("dc:creator = 'Ann'", terms((DC, False, "Ann")), True),
-    ("Q{http://purl.org/dc/elements/1.1/}creator = 'Ann'", terms((DC, False, "Ann")), True),
-    ("x:tag = 'v'", terms(("{urn:x}tag", False, "v")), True),
-    ("enclosure/@url = 'u'", terms(("enclosure/@url", False, "u")), True),
-    ("contains(enclosure/@url, 'mp3')", terms(("enclosure/@url", False, "mp3")), False),
-    ("contains(@lang, 'en')", terms(("@lang", False, "en")), True),
-    ("(category)[1] = 'c'", terms(("category[1]", False, "c")), True),
-    ("fn:contains(., 'x')", terms((".", False, "x")), True),
-    ("boolean((contains(., 'x')))", terms((".", False, "x")), True),
-    # and: the more selective side (fewer terms, then a longer shortest term)
-    ("contains(., 'ab') and contains(title, 'abc')", terms(("title", False, "abc")), False),
-    ("category = ('a', 'b') and contains(., 'q')", terms((".", False, "q")), True),
-    ("matches(., 'x') and contains(., 'y')", terms((".", False, "y")), False),
-    ("not(contains(., 'x')) and contains(., 'y')", terms((".", False, "y")), True),
-    ("contains(., 'x') or title = 'y'", terms((".", False, "x"), ("title", False, "y")), True),
+    ("contains(lower-case(string(.)), 'volcano')", terms((".", True, "volcano")), EXACT),
+    ("contains(., 'x')", terms((".", False, "x")), EXACT),
+    ("contains($i, 'x')", terms((".", False, "x")), EXACT),
+    ("starts-with(string(), 'Ab')", terms((".", False, "Ab")), EXACT),
+    ("ends-with(lower-case($i), 'z')", terms((".", True, "z")), EXACT),
+    ("contains(title, 'x')", terms(("title", False, "x")), SINGLE),
+    ("contains($i/title, 'x')", terms(("title", False, "x")), SINGLE),
+    ("contains(string(./title), 'x')", terms(("title", False, "x")), SINGLE),
+    ("contains(lower-case(title), 'x')", terms(("title", True, "x")), SINGLE),
+    ("starts-with(description, 'x')", terms(("description", False, "x")), SINGLE),
+    ("contains(lower-case(title[1]), 'x')", terms(("title[1]", True, "x")), EXACT),
+    ("title = 'a'", terms(("title", False, "a")), EXACT),
+    ("'a' = title", terms(("title", False, "a")), EXACT),
+    ("category = ('a', 'b')", terms(("category", False, "a"), ("category", False, "b")), EXACT),
+    ("lower-case(title) = 'a'", terms(("title", True, "a")), SINGLE),
+    ("string(title) = ('a', 'b')", terms(("title", False, "a"), ("title", False, "b")), SINGLE),
+    ("title eq 'a'", terms(("title", False, "a")), SINGLE),
+    (". eq 'a'", terms((".", False, "a")), EXACT),
+    ("dc:creator = 'Ann'", terms((DC, False, "Ann")), EXACT),
+    ("Q{http://purl.org/dc/elements/1.1/}creator = 'Ann'", terms((DC, False, "Ann")), EXACT),
+    ("x:tag = 'v'", terms(("{urn:x}tag", False, "v")), EXACT),
+    ("enclosure/@url = 'u'", terms(("enclosure/@url", False, "u")), EXACT),
+    ("contains(enclosure/@url, 'mp3')", terms(("enclosure/@url", False, "mp3")), SINGLE),
+    ("contains(@lang, 'en')", terms(("@lang", False, "en")), EXACT),
+    ("(category)[1] = 'c'", terms(("category[1]", False, "c")), EXACT),
+    ("fn:contains(., 'x')", terms((".", False, "x")), EXACT),
+    ("boolean((contains(., 'x')))", terms((".", False, "x")), EXACT),
+    # and: the more selective side first (fewer terms, then a longer shortest term)
+    ("contains(., 'ab') and contains(title, 'abc')", terms(("title", False, "abc")), SINGLE),
+    ("category = ('a', 'b') and contains(., 'q')", terms((".", False, "q")), EXACT),
+    ("matches(., 'x') and contains(., 'y')", terms((".", False, "y")), OPEN),
+    ("not(contains(., 'x')) and contains(., 'y')", terms((".", False, "y")), EXACT),
+    ("contains(title, '') and contains(., 'y')", terms((".", False, "y")), SINGLE),
+    ("contains(., 'x') or title = 'y'", terms((".", False, "x"), ("title", False, "y")), EXACT),
     (
         "contains(., 'x') or contains(title, 'y')",
         terms((".", False, "x"), ("title", False, "y")),
-        False,
+        SINGLE,
     ),
-    ("false()", frozenset(), True),
+    ("false()", frozenset(), EXACT),
 ]
 
 
 @pytest.mark.parametrize(("expr", "expected", "exact"), UNDERSTOOD)
-def test_understood(expr: str, expected: frozenset[Term], exact: bool) -> None:
+def test_understood(expr: str, expected: frozenset[Term], exact: str) -> None:
     found = condition(expr, NS)
     assert found is not None
     assert found.terms == expected
-    assert found.exact is exact
+    assert found.terms == (found.clauses[0] if found.clauses else frozenset())
+    assert found.exact is (exact == EXACT)
+    assert (found.formula is not None) is (exact != OPEN)
+    assert bool(found.singles) is (exact == SINGLE)
+
+
+def test_clauses() -> None:
+    """A conjunction keeps a clause of each side, the most selective first."""
+    found = condition("contains(., 'ab') and contains(title, 'abc') and matches(., 'q')")
+    assert found is not None
+    assert found.clauses == (terms(("title", False, "abc")), terms((".", False, "ab")))
+    found = condition("(contains(., 'a') and contains(., 'bb')) or category = 'c'")
+    assert found is not None
+    assert set(found.clauses) == {
+        terms((".", False, "bb"), ("category", False, "c")),
+        terms((".", False, "a"), ("category", False, "c")),
+    }
+    wide = " and ".join(f"contains(., '{w}')" for w in ("a", "bb", "ccc", "dddd"))
+    found = condition(wide)
+    assert found is not None
+    assert [min(c).text for c in found.clauses] == ["dddd", "ccc", "bb"]
 
 
 NOT_UNDERSTOOD = [
@@ -123,7 +154,11 @@ def test_exact_without_condition() -> None:
     # no necessary condition, but the truth is known from the terms found
     assert analyse("not(contains(., 'x'))")[0] is None
     assert analyse("not(contains(., 'x'))")[1] is not None
-    assert analyse("not(contains(title, 'x'))") == (None, None)
+    # ... where the item has at most one title
+    terms_, formula = analyse("not(contains(title, 'x'))")
+    assert terms_ is None and formula is not None
+    assert presearch.single_fields(formula) == {"title"}
+    assert analyse("not(matches(title, 'x'))") == (None, None)
 
 
 def test_default_namespace() -> None:
@@ -199,20 +234,62 @@ def test_match_and_stats() -> None:
         "title": "contains(title, 'Lava')",
         "long": "string-length(title) > 3",
         "quiet": "not(contains(., 'x'))",
+        "never": "false() and contains(., 'x')",
     }
     presearcher = Presearcher(observers)
     item = parse("<item><title>Lava</title><description>VOLCANO</description></item>")
-    assert presearcher.match(item) == ({"volcano", "quiet"}, {"title", "long"})
+    assert presearcher.match(item) == ({"volcano", "quiet", "title"}, {"long"})
     other = parse("<item><category>sports</category><category>sport</category>x</item>")
     assert presearcher.match(other) == ({"sport"}, {"long"})
     assert presearcher.stats() == {
-        "observers": 5,
+        "observers": 6,
+        "never": 1,
         "indexed": 3,
-        "always_candidates": 2,
-        "exact": 3,
+        "always_candidates": 1,
+        "exact": 4,
+        "exact_if_single": 1,
+        "closures": 0,
         "terms": 4,
         "fields": 3,
     }
+
+
+SINGLE_VALUED = {
+    "contains": "contains(lower-case(title), 'lava')",
+    "starts": "starts-with(description, 'Hot')",
+    "eq": "title eq 'Lava'",
+    "lower": "lower-case(title) = 'lava'",
+    "not": "not(contains(description, 'cold'))",
+    "empty": "contains(title, '')",
+    "both": "contains(lower-case(title), 'lava') and not(contains(lower-case(.), 'ice'))",
+}
+
+
+@pytest.mark.parametrize(
+    ("titles", "accepted", "candidates"),
+    [
+        ([], {"not", "empty"}, set()),  # no title: the empty sequence, no error
+        (["Lava"], {"contains", "eq", "lower", "not", "empty", "both"}, set()),
+        (["Ice"], {"not", "empty"}, set()),
+        # two titles: XPTY0004 where a title is read; a candidate if its terms are found
+        (["Lava", "Lava"], {"not"}, {"contains", "eq", "lower", "empty", "both"}),
+        (["Ice", "Lava flow"], {"not"}, {"contains", "empty", "both"}),
+        (["Ice", "Ice"], {"not"}, {"empty"}),
+    ],
+)
+def test_exact_where_single_valued(
+    titles: list[str], accepted: set[str], candidates: set[str]
+) -> None:
+    presearcher = Presearcher(SINGLE_VALUED)
+    xml = "".join(f"<title>{t}</title>" for t in titles) + "<description>Hot</description>"
+    item = parse(f"<item>{xml}</item>")
+    starts = {"starts"}  # one description: exact
+    assert presearcher.match(item) == (accepted | starts, candidates)
+    check_equivalent(list(SINGLE_VALUED.values()), [f"<item>{xml}</item>"])
+    # two descriptions: the observers reading it are not exact
+    two = parse(f"<item>{xml}<description>cold</description></item>")
+    found, open_ = presearcher.match(two)
+    assert not {"starts", "not"} & found and {"starts", "not"} <= open_
 
 
 def test_anchors_respect_value_boundaries() -> None:
@@ -229,20 +306,28 @@ def test_anchors_respect_value_boundaries() -> None:
 
 
 def check_equivalent(observers: list[str], xmls: list[str]) -> None:
-    """accepted ∪ (candidates that evaluate true) == the observers true on each item."""
-    presearcher = Presearcher(dict(enumerate(observers)), NS)
-    matches = [presearcher.match(parse(xml)) for xml in xmls]
-    for accepted, open_ in matches:
-        assert not accepted & open_
+    """accepted ∪ (candidates that evaluate true) == the observers true on each item,
+    with the index as it is built, with every two-clause observer nested, and with
+    postings looked up however few the observers (``FEW``: else checked one by one)."""
+    keyed = dict(enumerate(observers))
+    presearchers = [Presearcher(keyed, NS)]
+    for nest_min, few in [(1, 0), (presearch.NEST_MIN, 0)]:
+        with mock.patch.multiple(presearch, NEST_MIN=nest_min, FEW=few):
+            presearchers.append(Presearcher(keyed, NS))
+    results = [[p.match(parse(xml)) for xml in xmls] for p in presearchers]
+    for matches in results:
+        for accepted, open_ in matches:
+            assert not accepted & open_
     for fast in (True, False):
         for key, expr in enumerate(observers):
             truth = filter_batch(expr, NS, xmls, quiet, fast=fast)
-            candidates = [j for j, m in enumerate(matches) if key in m[1]]
-            evaluated = filter_batch(expr, NS, [xmls[j] for j in candidates], quiet, fast=fast)
-            outcome = dict.fromkeys(range(len(xmls)), False)
-            outcome.update({j: True for j, m in enumerate(matches) if key in m[0]})
-            outcome.update(zip(candidates, evaluated, strict=True))
-            assert list(outcome.values()) == truth, (expr, fast)
+            for matches in results:
+                # a candidate is evaluated: its outcome is the truth
+                outcome = [
+                    key in accepted or (key in open_ and true)
+                    for (accepted, open_), true in zip(matches, truth, strict=True)
+                ]
+                assert outcome == truth, (expr, fast)
 
 
 def test_corpus() -> None:
@@ -277,8 +362,14 @@ FIELDS = [
     "@lang",
 ]
 
-texts = st.text(alphabet=ALPHABET, max_size=5)
-literals = st.text(alphabet=ALPHABET, max_size=3).map(lambda s: "'" + s.replace("'", "''") + "'")
+# words shared by texts and literals, so that conjunctions often hold or half hold
+WORDS = ["a", "Ab", "ßs", "ΣΑΣ", "İi", "é&", "b a"]
+texts = st.text(alphabet=ALPHABET, max_size=5) | st.lists(st.sampled_from(WORDS), max_size=3).map(
+    "".join
+)
+literals = (st.text(alphabet=ALPHABET, max_size=3) | st.sampled_from(WORDS)).map(
+    lambda s: "'" + s.replace("'", "''") + "'"
+)
 fields = st.sampled_from(FIELDS) | st.sampled_from(FIELDS).map(lambda f: f"lower-case({f})")
 
 
@@ -338,7 +429,8 @@ def contents(draw: st.DrawFn) -> str:
 @st.composite
 def items(draw: st.DrawFn) -> str:
     parts: list[str] = []
-    for tag, most in [("title", 2), ("description", 1), ("category", 3), ("dc:creator", 1)]:
+    # 0, 1 and 2 titles and descriptions: leaves reading them are exact only with <= 1
+    for tag, most in [("title", 2), ("description", 2), ("category", 3), ("dc:creator", 1)]:
         parts += [f"<{tag}>{draw(contents())}</{tag}>" for _ in range(draw(st.integers(0, most)))]
     parts += [f"<x:tag>{draw(contents())}</x:tag>" for _ in range(draw(st.integers(0, 1)))]
     for _ in range(draw(st.integers(0, 2))):
@@ -351,10 +443,42 @@ def items(draw: st.DrawFn) -> str:
     return f"{before}<item {namespaces}{lang}>{draw(contents())}{''.join(parts)}</item>"
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(observers, min_size=1, max_size=6), st.lists(items(), min_size=1, max_size=4))
 def test_presearch_equals_evaluation(exprs: list[str], xmls: list[str]) -> None:
     check_equivalent(exprs, xmls)
+
+
+def test_many_observers() -> None:
+    """Enough observers sharing terms for nested groups and postings per pid."""
+    words = ["lava", "ice", "ash", "sea", "fire", "rock", "mud"]
+    observers = []
+    for i, (w1, w2) in enumerate((a, b) for a in words for b in words if a != b):
+        observers += [
+            f"contains(lower-case(.), '{w1}')",
+            f"contains(lower-case(title), '{w1}') and not(contains(lower-case(.), '{w2}'))",
+            f"contains(lower-case(.), '{w1}') and contains(lower-case(.), '{w2}')",
+            f"(contains(., '{w1}') or contains(., '{w2}')) and category = 'c0'",
+            f"contains(., '{w1}') and contains(title, '{w2}') and category = 'c{i % 2}'",
+            f"contains(., '{w1}') and contains(title, '{w2}') and not(contains(., 'z'))",
+            f"contains(., '{w1}') and matches(., '{w2}')",
+            # not a conjunction of clauses and negated terms: a closure
+            f"contains(., '{w1}') and (contains(title, '{w2}') or not(contains(., 'ash')))",
+        ]
+    xmls = [
+        "<item><title>Lava and ice</title><category>c0</category>fire sea</item>",
+        "<item><title>ash</title><title>sea</title><category>c1</category>lava</item>",
+        "<item><title>ash mud</title><category>c1</category>lava rock</item>",
+        "<item><title>fire</title><description>ice z</description><category>c1</category>"
+        "<category>c0</category></item>",
+        "<item>ash<!--c-->lava ice sea</item>",
+        "<item><title>sea <b>fire</b></title><category>c0</category></item>",
+        "<item/>",
+    ]
+    check_equivalent(observers, xmls)
+    searcher = Presearcher(dict(enumerate(observers)))
+    assert any(group.nested for group in searcher._groups)
+    assert searcher.stats()["closures"] == len(observers) // 8
 
 
 def test_no_term_holds_the_separator() -> None:

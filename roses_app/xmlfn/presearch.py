@@ -17,13 +17,13 @@ empty, ``lower-case(())`` is ``''``); on the others, such an observer is a candi
 if its terms are found (if it evaluates to true, it raised on no leaf, so every leaf
 it evaluated was exact).
 
-Matching an item costs, per field read, one pass over its text (words are looked up
-in a cache of the terms each contains; terms holding a space go through an
-Aho-Corasick automaton) and a few dictionary look-ups for anchored terms; then set
-operations over posting sets of observer keys, grouped by the number of clauses:
-an exact observer whose formula is a conjunction of positive clauses and negated
-terms is decided without any per-observer Python work; other exact formulas are run
-(small closures) for the observers whose condition holds.
+Matching an item costs, per field read (the children in one pass), one Aho-Corasick
+scan of its values (lowered once if some terms are) and a dictionary look-up per
+anchored term length; then set operations over postings (pid -> observer keys)
+grouped by mode and number of clauses: an exact observer whose formula is a
+conjunction of positive clauses and negated terms (in conjunctive normal form) is
+decided without any Python work of its own; other exact formulas are small closures,
+run for the observers whose condition holds.
 
 String values: ``''.join(e.itertext())`` is lxml's (the fast path's).  elementpath
 skips the text after a comment or processing instruction and yields an element's tail
@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
-from itertools import chain, product
+from itertools import product
 from operator import itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -55,8 +55,9 @@ WHOLE_ITEM = "."
 SEPARATOR = "\x00"
 FN_NAMESPACE = "http://www.w3.org/2005/xpath-functions"
 MAX_CLAUSES = 3  # clauses of a necessary condition (an exact formula may have as many)
+NEST_MIN = 16  # observers sharing a pid from which two-clause ones are nested under it
+FEW = 8  # observers below which each is checked rather than a posting looked up per pid
 MAX_CNF = 16  # clauses of an exact formula in conjunctive form; more: run as a closure
-TOKEN_CACHE = 50_000  # words whose terms a scanner keeps; then it starts afresh
 
 # Where a term occurs, as bit flags: anywhere, at the start or end of a value, or as
 # a whole value (one occurrence both starting and ending a value).
@@ -94,21 +95,17 @@ Formula = Leaf | Gate | bool  # a bool: a constant
 Clauses = tuple[frozenset[Term], ...]  # a conjunction of disjunctions; () is no condition
 
 
-def leaves(formula: Formula) -> list[Leaf]:
+def leaves(formula: Formula | None) -> list[Leaf]:
+    if formula is None or isinstance(formula, bool):
+        return []
     if isinstance(formula, Leaf):
         return [formula]
-    if isinstance(formula, bool):
-        return []
     return [leaf for arg in formula.args for leaf in leaves(arg)]
 
 
 def single_fields(formula: Formula | None) -> frozenset[str]:
     """The fields a formula is exact on only where they have at most one value."""
-    return (
-        frozenset(leaf.term.field for leaf in leaves(formula) if leaf.single)
-        if (formula is not None)
-        else frozenset()
-    )
+    return frozenset(leaf.term.field for leaf in leaves(formula) if leaf.single)
 
 
 @dataclass(frozen=True)
@@ -131,13 +128,14 @@ class Condition:
         return self.formula is not None and not self.singles
 
 
-# terms: None = no necessary condition; formula: None = not exact
+# terms: None = no necessary condition; formula: None = not exact (exact only where
+# the fields of single_fields(formula) have at most one value)
 Analysis = tuple[frozenset[Term] | None, Formula | None]
 
 
 class _Analysis(NamedTuple):
     clauses: Clauses  # (): no condition; (frozenset(),): never true
-    formula: Formula | None  # None: not exact
+    formula: Formula | None  # None: not exact (see Analysis)
 
 
 _NOTHING = _Analysis((), None)
@@ -423,23 +421,6 @@ def irregular(item: etree._Element) -> bool:
 _second = itemgetter(1)
 
 
-class _Words(dict[str, tuple[int, ...]]):
-    """A word (a run of non-space characters) -> the ids of the terms in it, as the
-    automaton finds them; a bounded cache."""
-
-    __slots__ = ("automaton",)
-
-    def __init__(self, automaton: Any) -> None:
-        super().__init__()
-        self.automaton = automaton
-
-    def __missing__(self, word: str) -> tuple[int, ...]:
-        if len(self) >= TOKEN_CACHE:
-            self.clear()
-        found = self[word] = tuple(set(map(_second, self.automaton.iter(word))))
-        return found
-
-
 class _Anchored(NamedTuple):
     """Anchored terms by text: a prefix (by length) or suffix of a value, or a value."""
 
@@ -450,85 +431,67 @@ class _Anchored(NamedTuple):
     wholes: dict[str, int]
 
 
-class _Variant(NamedTuple):
-    """The terms of one field, lowered or not."""
-
-    lowered: bool
-    words: _Words | None  # terms without a space, found in the words of the values
-    spaced: Any  # an automaton of the terms with a space, over the joined values
-    anchored: _Anchored | None
+# The terms of a field, lowered or not: (lowered, an Aho-Corasick automaton of the
+# terms found anywhere -> their pids, or None; the anchored ones, or None)
+Variant = tuple[bool, Any, _Anchored | None]
 
 
-def _scan(variant: _Variant, values: list[str], found: set[int]) -> None:
-    """Adds to ``found`` the ids of the terms of ``variant`` in ``values``."""
-    if variant.lowered:
-        # lower-case() applies to one value at a time (final sigma looks around)
-        values = [value.lower() for value in values] if len(values) > 1 else [values[0].lower()]
-    if variant.words is not None:
-        text = values[0] if len(values) == 1 else " ".join(values)
-        found.update(chain.from_iterable(map(variant.words.__getitem__, text.split())))
-    if variant.spaced is not None:
-        found.update(map(_second, variant.spaced.iter(SEPARATOR.join(values))))
-    anchored = variant.anchored
-    if anchored is None:
-        return
-    for value in values:
-        pid = anchored.wholes.get(value)
-        if pid is not None:
-            found.add(pid)
-        for size in anchored.start_sizes:
-            if size > len(value):
-                break
-            pid = anchored.starts.get(value[:size])
-            if pid is not None:
-                found.add(pid)
-        for size in anchored.end_sizes:
-            if size > len(value):
-                break
-            pid = anchored.ends.get(value[-size:])
-            if pid is not None:
-                found.add(pid)
-
-
-def _variant(lowered: bool, pids: dict[Term, list[int]]) -> _Variant:
+def _variant(lowered: bool, pids: dict[Term, list[int]]) -> Variant:
     """The scanner of terms (of one field and ``lowered``) -> their pids (see _pid)."""
-    words, spaced = Automaton(), Automaton()
-    starts: dict[str, int] = {}
-    ends: dict[str, int] = {}
-    wholes: dict[str, int] = {}
+    automaton = Automaton()
+    anchored: dict[int, dict[str, int]] = {START: {}, END: {}, WHOLE: {}}
     for term, ids in pids.items():
         for pid in ids:
             anchor = pid >> _ANCHOR_SHIFT
             if anchor == ANY:
-                spaces = any(char.isspace() for char in term.text)
-                (spaced if spaces else words).add_word(term.text, pid)
+                automaton.add_word(term.text, pid)
             else:
-                {START: starts, END: ends, WHOLE: wholes}[anchor][term.text] = pid
-    for automaton in (words, spaced):
-        if len(automaton):
-            automaton.make_automaton()
-    anchored = None
+                anchored[anchor][term.text] = pid
+    if len(automaton):
+        automaton.make_automaton()
+    starts, ends, wholes = anchored[START], anchored[END], anchored[WHOLE]
+    anchors = None
     if starts or ends or wholes:
-        anchored = _Anchored(
-            starts,
-            tuple(sorted({len(text) for text in starts})),
-            ends,
-            tuple(sorted({len(text) for text in ends})),
-            wholes,
-        )
-    return _Variant(
-        lowered, _Words(words) if len(words) else None, spaced if len(spaced) else None, anchored
-    )
+        start_sizes = tuple(sorted({len(text) for text in starts}))
+        end_sizes = tuple(sorted({len(text) for text in ends}))
+        anchors = _Anchored(starts, start_sizes, ends, end_sizes, wholes)
+    return lowered, automaton if len(automaton) else None, anchors
 
 
-class _Field(NamedTuple):
-    key: str
-    tag: str | None  # a child element's name: read in one pass over the children
-    first: bool  # only the first of those children (``title[1]``)
-    read: Callable[[etree._Element, bool], tuple[list[str], int, bool]]
-    singles: frozenset[Any]  # observers exact only where the field has at most one value
-    uses: frozenset[Any]  # exact observers reading it (candidates where engines disagree)
-    variants: tuple[_Variant, ...]
+def _anchored(anchored: _Anchored, values: list[str], found: set[int]) -> None:
+    """Adds the pids of the anchored terms that start, end or are one of ``values``."""
+    starts, start_sizes, ends, end_sizes, wholes = anchored
+    for value in values:
+        pid = wholes.get(value)
+        if pid is not None:
+            found.add(pid)
+        for size in start_sizes:
+            if size > len(value):
+                break
+            pid = starts.get(value[:size])
+            if pid is not None:
+                found.add(pid)
+        for size in end_sizes:
+            if size > len(value):
+                break
+            pid = ends.get(value[-size:])
+            if pid is not None:
+                found.add(pid)
+
+
+# A field read: (key, the child element's name if the key is one (read in one pass over
+# the children), only the first such child (``title[1]``), its reader, the observers
+# exact only where it has at most one value, the exact observers reading it (they are
+# candidates where the engines disagree on its values), its variants)
+Field = tuple[
+    str,
+    str | None,
+    bool,
+    Callable[[etree._Element, bool], tuple[list[str], int, bool]],
+    frozenset[Any],
+    frozenset[Any],
+    tuple[Variant, ...],
+]
 
 
 # -- compiling observers -------------------------------------------------------------------
@@ -599,17 +562,26 @@ Postings = dict[int, frozenset[Any]]  # pid -> observer keys
 
 
 class _Group(NamedTuple):
-    """Observers of one mode and number of clauses: slot i holds their i-th clauses."""
+    """Observers of one mode and number of clauses, and with negated pids or not.
+
+    Flat: slot i holds their i-th clauses.  Nested (two clauses, one a pid shared by
+    many observers, e.g. ``category = 'c'``): that pid -> the other clause's pids ->
+    observers; an item costs a look-up per pid found and shared pid found, instead of
+    an element per observer whose first clause holds."""
 
     mode: int
     slots: tuple[Postings, ...]
+    nested: dict[int, Postings] | None
+    clauses_by: dict[Any, list[frozenset[int]]]  # flat, two clauses or more: by observer
     negated: Postings | None  # EXACT: the pids that make them false
     negated_by: dict[Any, frozenset[int]]  # those pids by observer
     everyone: frozenset[Any]  # with no clause
 
 
 def _postings(found: set[int], postings: Postings) -> list[frozenset[Any]]:
-    """The postings of the pids found (a look-up per pid found: fewer than indexed)."""
+    """The postings of the pids found: a look-up per pid found or per pid indexed."""
+    if len(postings) < len(found):
+        return list(map(postings.__getitem__, found.intersection(postings)))
     return list(filter(None, map(postings.get, found)))
 
 
@@ -628,7 +600,8 @@ class Presearcher(Generic[K]):
         self._plans = [plan for plan in plans if plan is not None]
         self._groups = self._index(self._plans)
         self._fields = self._scanners(self._plans)
-        self._tags = {f.tag: f.tag for f in self._fields if f.tag is not None}
+        self._tags = {field[1] for field in self._fields if field[1] is not None}
+        self._few = FEW
 
     def _pid(self, term: Term, anchor: int = ANY) -> int:
         """A term and an anchor as one int: where this anchor holds, it is found."""
@@ -661,8 +634,10 @@ class Presearcher(Generic[K]):
         return _Plan(key, CHECK, pos, frozenset(), check, formula)
 
     def _index(self, plans: list[_Plan[K]]) -> list[_Group]:
-        """Groups by mode and number of clauses; in each observer, the clauses on the
-        fewest observers first (the first slots are the cheapest)."""
+        """Groups by mode, number of clauses and negation.  In each observer, the clauses
+        on the fewest observers first (no statistics of the items: shared terms are taken
+        for frequent ones); two-clause observers with a one-pid clause shared by
+        ``NEST_MIN`` or more are nested under that pid (see _Group)."""
         usage: dict[int, int] = {}
         for plan in plans:
             for clause in plan.clauses:
@@ -673,29 +648,40 @@ class Presearcher(Generic[K]):
             plan.clauses.sort(key=lambda clause: (sum(usage[p] for p in clause), sorted(clause)))
             if plan.mode != EXACT:
                 del plan.clauses[MAX_CLAUSES:]
-            else:
-                assert len(plan.clauses) <= MAX_CLAUSES
             if plan.check is not None:
                 self._checks[plan.key] = plan.check
-            group = (plan.mode, len(plan.clauses), bool(plan.negated))
-            grouped.setdefault(group, []).append(plan)
+            size = len(plan.clauses)
+            if size == 2:
+                shared = [c for c in plan.clauses if len(c) == 1 and usage[min(c)] >= NEST_MIN]
+                if shared:  # nested: the shared pid first
+                    plan.clauses.sort(key=lambda clause: clause is not shared[-1])
+                    size = -1
+            grouped.setdefault((plan.mode, size, bool(plan.negated)), []).append(plan)
         groups = []
         for (mode, size, _), members in sorted(grouped.items()):
+            nested = None
+            if size < 0:
+                inner: dict[int, list[tuple[K, frozenset[int]]]] = {}
+                for m in members:
+                    inner.setdefault(min(m.clauses[0]), []).append((m.key, m.clauses[1]))
+                nested = {pid: _slot(others) for pid, others in inner.items()}
             slots = tuple(_slot([(m.key, m.clauses[i]) for m in members]) for i in range(size))
             negated = _slot([(m.key, m.negated) for m in members])
+            clauses_by = {m.key: m.clauses for m in members} if size > 1 else {}
             negated_by = {m.key: m.negated for m in members if m.negated}
             everyone = frozenset(m.key for m in members) if not size else frozenset()
-            groups.append(_Group(mode, slots, negated or None, negated_by, everyone))
+            group = _Group(mode, slots, nested, clauses_by, negated or None, negated_by, everyone)
+            groups.append(group)
         return groups
 
-    def _scanners(self, plans: list[_Plan[K]]) -> list[_Field]:
+    def _scanners(self, plans: list[_Plan[K]]) -> list[Field]:
         """Per field read: its reader and scanners, and who depends on its values."""
         used = {pid for plan in plans for clause in plan.clauses for pid in clause}
         used.update(pid for plan in plans for pid in plan.negated)
         singles: dict[str, set[K]] = {}
         uses: dict[str, set[K]] = {}
         for plan in plans:
-            for leaf in leaves(plan.formula) if plan.formula is not None else ():
+            for leaf in leaves(plan.formula):
                 uses.setdefault(leaf.term.field, set()).add(plan.key)
                 if leaf.single:
                     singles.setdefault(leaf.term.field, set()).add(plan.key)
@@ -718,7 +704,7 @@ class Presearcher(Generic[K]):
             simple = key != WHOLE_ITEM and "/" not in key and "@" not in key
             tag = (key[:-3] if key.endswith("[1]") else key) if simple else None
             fields.append(
-                _Field(
+                (
                     key,
                     tag,
                     key.endswith("[1]"),
@@ -759,23 +745,35 @@ class Presearcher(Generic[K]):
         unusual = children is None and _unusual(item)
         found: set[int] = set()
         blocked: list[frozenset[K]] = []
-        for field in self._fields:
-            if children is not None and field.tag is not None:
-                values = children.get(field.tag, [])
-                if field.first:
+        for key, tag, first, read, singles, uses, variants in self._fields:
+            if children is None:
+                values, count, differ = read(item, unusual)
+                if differ and uses:
+                    blocked.append(uses)
+            elif tag is not None:
+                values = children.get(tag, [])
+                if first:
                     values = values[:1]
-                count, differ = len(values), False
-            elif children is not None and field.key == WHOLE_ITEM:
-                values, count, differ = [_text(item)], 1, False
+                count = len(values)
+            elif key == WHOLE_ITEM:
+                values, count = [_text(item)], 1
             else:
-                values, count, differ = field.read(item, unusual)
-            if differ and field.uses:
-                blocked.append(field.uses)
-            if count > 1 and field.singles:
-                blocked.append(field.singles)
-            if values:
-                for variant in field.variants:
-                    _scan(variant, values, found)
+                values, count, _ = read(item, False)
+            if count > 1 and singles:
+                blocked.append(singles)
+            if not values:
+                continue
+            lowered_values = None
+            for lowered, automaton, anchored in variants:
+                texts = values
+                if lowered:
+                    # lower-case() applies to one value at a time (final sigma looks around)
+                    texts = lowered_values = lowered_values or [value.lower() for value in values]
+                if automaton is not None:
+                    text = texts[0] if len(texts) == 1 else SEPARATOR.join(texts)
+                    found.update(map(_second, automaton.iter(text)))
+                if anchored is not None:
+                    _anchored(anchored, texts, found)
         return found, blocked
 
     def match(self, item: etree._Element) -> tuple[set[K], set[K]]:
@@ -785,11 +783,20 @@ class Presearcher(Generic[K]):
         if scanned is None:
             return set(), set(self._keys)
         found, blocked = scanned
+        few = self._few
         accepted: set[K] = set()
         candidates: set[K] = set()
-        for mode, slots, negated, negated_by, everyone in self._groups:
+        for mode, slots, nested, clauses_by, negated, negated_by, everyone in self._groups:
             hit: frozenset[K] | set[K] | list[K] = everyone
-            if slots:
+            if nested is not None:
+                hit = set()
+                for pid in found.intersection(nested):
+                    sets = _postings(found, nested[pid])
+                    if sets:
+                        hit.update(*sets)
+                if not hit:
+                    continue
+            elif slots:
                 sets = _postings(found, slots[0])
                 if not sets:
                     continue
@@ -797,8 +804,12 @@ class Presearcher(Generic[K]):
                     accepted.update(*sets)  # the common case: no set built but the result
                     continue
                 hit = _union(sets)
-                for postings in slots[1:]:
-                    sets = _postings(found, postings)
+                for i in range(1, len(slots)):
+                    if len(hit) <= few:  # each one's other clauses: fewer look-ups
+                        isdisjoint = found.isdisjoint
+                        hit = [k for k in hit if not any(map(isdisjoint, clauses_by[k][i:]))]
+                        break
+                    sets = _postings(found, slots[i])
                     if len(sets) == 1:
                         hit = hit & sets[0]
                     else:  # an intersection costs the smaller set, a union the sum of all
@@ -813,11 +824,12 @@ class Presearcher(Generic[K]):
                 for keys in blocked:
                     candidates.update(keys.intersection(hit))
                 if negated is not None:
-                    sets = _postings(found, negated)
-                    if len(sets) >= len(hit):
+                    if len(hit) <= few:
                         hit = [key for key in hit if found.isdisjoint(negated_by[key])]
-                    elif sets:
-                        hit = set(hit).difference(*sets)
+                    else:
+                        sets = _postings(found, negated)
+                        if sets:
+                            hit = set(hit).difference(*sets)
                 accepted.update(hit)
             else:
                 checks = self._checks
