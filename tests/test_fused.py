@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from strategies import PREDICATES, event_lists, stream_plans
 
 from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, XQuery
-from roses_app.algebra.program import TICK, build_program
+from roses_app.algebra.program import build_program
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.xmlfn.fused import run_program
 
@@ -37,8 +37,8 @@ def fused_outputs(
         presearch=presearch,
     )
     out: dict[str, dict[str, list[RefEvent]]] = {s.name: {} for s in streams}
-    for key, part, ts, seq, item, _ in rows:
-        if key not in (None, TICK):
+    for keys, part, ts, seq, item, _ in rows:
+        for key in keys if item is not None else ():
             out[key].setdefault(part, []).append(RefEvent(ts, seq, item))
     return {name: {p: sorted(evs) for p, evs in parts.items()} for name, parts in out.items()}
 

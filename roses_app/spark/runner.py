@@ -226,19 +226,23 @@ def split_rows(
     table: object, streams_of: dict[str, list[str]], frontier_keys: set[str] | None
 ) -> tuple[list[OutputRow], list[tuple[str | None, int, int, str | None]], int, int]:
     """A fused batch's rows: stream output rows, frontier rows, latest ts and seq."""
-    names = ("key", "part", "ts", "seq", "item", "guid")
+    names = ("keys", "part", "ts", "seq", "item", "guid")
     columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
     out: list[OutputRow] = []
     frontier: list[tuple[str | None, int, int, str | None]] = []
     latest_ts = latest_seq = 0
-    for key, part, ts, seq, item, guid in zip(*columns, strict=True):
-        if key == TICK:
-            latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
+    for keys, part, ts, seq, item, guid in zip(*columns, strict=True):
+        if item is None:
+            if keys == [TICK]:
+                latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
+            elif frontier_keys is not None:
+                frontier.append((None, ts, seq, None))  # a heartbeat
             continue
-        if frontier_keys is not None and (key is None or key in frontier_keys):
-            frontier.append((key, ts, seq, item))
-        for stream in streams_of.get(key, ()):
-            out.append((stream, part, ts, seq, item, guid))
+        for key in keys:
+            if frontier_keys is not None and key in frontier_keys:
+                frontier.append((key, ts, seq, item))
+            for stream in streams_of.get(key, ()):
+                out.append((stream, part, ts, seq, item, guid))
     return list(dict.fromkeys(out)), frontier, latest_ts, latest_seq
 
 

@@ -30,6 +30,9 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         # One Python worker per core, reused, so compiled expressions stay cached.
         "spark.python.worker.reuse": "true",
         "spark.driver.bindAddress": "127.0.0.1",
+        # local mode runs the tasks in the driver JVM: 1g (Spark's default) is short
+        # for a micro-batch of 100,000 items with a thousand subscriptions
+        "spark.driver.memory": "2g",
         "spark.driver.host": "127.0.0.1",
         # Stateful operators (windows, aggregates, outer joins) emit what the last
         # watermark closed only in a no-data batch; availableNow (replay, once) runs

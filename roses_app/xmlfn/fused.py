@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Row = tuple[str | None, str, int, int, str | None, str | None]  # key, part, ts, seq, item, guid
+# keys, part, ts, seq, item, guid
+Row = tuple[list[str], str, int, int, str | None, str | None]
 HookFor = Callable[[Step], OnError]
 MIN_PRESEARCH = 1  # filters on one input from which a presearcher pays off
 
@@ -300,31 +301,49 @@ def run_program(
     *,
     presearch: bool = True,
 ) -> list[Row]:
-    """The output rows of one batch of input events: (key, part, ts, seq, item, guid)
-    for each output step's events; with ``program.heartbeats``, a (None, "", ts, seq,
-    None, None) row per heartbeat; and one (TICK, "", latest ts, latest seq, None,
-    None) row."""
+    """The output rows of one batch of input events: (keys, part, ts, seq, item, guid),
+    one per distinct output item of an input event and part, ``keys`` every output
+    that has it (a thousand subscriptions matching one item ship it once); with
+    ``program.heartbeats``, a ([], "", ts, seq, None, None) row per heartbeat; and one
+    ([TICK], "", latest ts, latest seq, None, None) row."""
     run = Run(compiled(program, presearch=presearch), hook_for)
     run.load(sources, items)
     for n, step in enumerate(program.steps):
         run.step(n, step)
-    rows: list[Row] = []
+    # (input row, part, item) -> the keys; the same Val object (a source's item
+    # passed on by filters) or the same text is one output
+    found: dict[tuple[int, str, int], tuple[list[str], Val]] = {}
     for n, key in program.outputs:
+        named: Iterable[tuple[int, str, Val]]
         if program.steps[n].kind == "split":
-            for row, named in run.parts.get(n, {}).items():
-                rows.extend(
-                    (key, name, ts[row], seq[row], val.text(), val.identity())
-                    for name, val in named
-                )
-            continue
-        for row, vals in run.values.get(n, {}).items():
-            rows.extend((key, "", ts[row], seq[row], val.text(), val.identity()) for val in vals)
+            named = ((r, name, v) for r, pairs in run.parts.get(n, {}).items() for name, v in pairs)
+        else:
+            named = ((r, "", v) for r, vals in run.values.get(n, {}).items() for v in vals)
+        for row, part, val in named:
+            entry = found.setdefault((row, part, id(val)), ([], val))
+            entry[0].append(key)
+    rows = _merged(found, ts, seq)
     if program.heartbeats:
         rows.extend(
-            (None, "", t, s, None, None)
+            ([], "", t, s, None, None)
             for t, s, xml in zip(ts, seq, items, strict=True)
             if xml is None
         )
     if len(ts):
-        rows.append((TICK, "", max(ts), max(seq), None, None))
+        rows.append(([TICK], "", max(ts), max(seq), None, None))
     return rows
+
+
+def _merged(
+    found: dict[tuple[int, str, int], tuple[list[str], Val]], ts: Sequence[int], seq: Sequence[int]
+) -> list[Row]:
+    """One row per (input row, part, item text): distinct Val objects with equal text
+    (two maps giving the same item) are one output with both keys."""
+    by_text: dict[tuple[int, str, str], tuple[list[str], Val]] = {}
+    for (row, part, _), (keys, val) in found.items():
+        entry = by_text.setdefault((row, part, val.text()), ([], val))
+        entry[0].extend(keys)
+    return [
+        (keys, part, ts[row], seq[row], text, val.identity())
+        for (row, part, text), (keys, val) in by_text.items()
+    ]
