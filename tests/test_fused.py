@@ -37,8 +37,9 @@ def fused_outputs(
         presearch=presearch,
     )
     out: dict[str, dict[str, list[RefEvent]]] = {s.name: {} for s in streams}
-    for keys, part, ts, seq, item, _ in rows:
-        for key in keys if item is not None else ():
+    for outputs, part, ts, seq, item, _ in rows:
+        for index in outputs if item is not None else ():
+            key = program.outputs[index][1]
             out[key].setdefault(part, []).append(RefEvent(ts, seq, item))
     return {name: {p: sorted(evs) for p, evs in parts.items()} for name, parts in out.items()}
 

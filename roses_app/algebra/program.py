@@ -15,7 +15,8 @@ from roses_app.algebra.globalplan import fingerprint
 from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union, XQuery
 
 Namespaces = tuple[tuple[str, str], ...]
-TICK = "~tick"  # the output key of a batch's time mark (latest ts and seq seen)
+TICK = "~tick"  # the key of a batch's time mark (latest ts and seq seen) in the frontier log
+TICK_OUTPUT = -1  # the output index of that time mark in the fused stage's rows
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 Every Arrow batch of a partition goes through :func:`roses_app.xmlfn.fused.run_program`
 once: each item is parsed once and every stateless step of the global plan runs on
-that tree.  The stage emits ``keys, part, ts, seq, item, guid`` rows: each output item
-once, with the node ids of the stream roots and frontier nodes that have it,
-heartbeats (no key, no item), and a time mark per batch (key ``~tick``).  Spark
+that tree.  The stage emits ``outputs, part, ts, seq, item, guid`` rows: each output
+item once, with the indexes of the program's outputs (stream roots, frontier nodes)
+that have it, heartbeats (no output, no item), and a time mark per batch.  Spark
 spreads partitions over cores and executors as for any ``mapInArrow``.
 """
 
@@ -19,10 +19,10 @@ from pyspark.sql import DataFrame
 from roses_app.algebra.program import Program, Step
 from roses_app.spark import udfs
 
-FUSED_DDL = "keys ARRAY<STRING>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING"
+FUSED_DDL = "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING"
 FUSED_SCHEMA = pa.schema(
     [
-        ("keys", pa.list_(pa.string())),
+        ("outputs", pa.list_(pa.int32())),
         ("part", pa.string()),
         ("ts", pa.int64()),
         ("seq", pa.int64()),

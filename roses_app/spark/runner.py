@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Stream
-from roses_app.algebra.program import TICK, Program, build_program
+from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.errors import QueryError
 from roses_app.spark.frontier import FrontierLog
@@ -219,26 +219,32 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
     readers = [g.id for g in layout.generations]
     for generation in readers:
         engine.frontier.prepare(generation)
-    return frame, stateless_handler(engine, streams_of, keys if frontier else None, readers)
+    handle = stateless_handler(engine, program, streams_of, keys if frontier else None, readers)
+    return frame, handle
 
 
 def split_rows(
-    table: object, streams_of: dict[str, list[str]], frontier_keys: set[str] | None
+    table: object,
+    program: Program,
+    streams_of: dict[str, list[str]],
+    frontier_keys: set[str] | None,
 ) -> tuple[list[OutputRow], list[tuple[str | None, int, int, str | None]], int, int]:
     """A fused batch's rows: stream output rows, frontier rows, latest ts and seq."""
-    names = ("keys", "part", "ts", "seq", "item", "guid")
+    keys = [key for _, key in program.outputs]
+    names = ("outputs", "part", "ts", "seq", "item", "guid")
     columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
     out: list[OutputRow] = []
     frontier: list[tuple[str | None, int, int, str | None]] = []
     latest_ts = latest_seq = 0
-    for keys, part, ts, seq, item, guid in zip(*columns, strict=True):
+    for outputs, part, ts, seq, item, guid in zip(*columns, strict=True):
         if item is None:
-            if keys == [TICK]:
+            if outputs == [TICK_OUTPUT]:
                 latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
             elif frontier_keys is not None:
                 frontier.append((None, ts, seq, None))  # a heartbeat
             continue
-        for key in keys:
+        for index in outputs:
+            key = keys[index]
             if frontier_keys is not None and key in frontier_keys:
                 frontier.append((key, ts, seq, item))
             for stream in streams_of.get(key, ()):
@@ -248,13 +254,14 @@ def split_rows(
 
 def stateless_handler(
     engine: Engine,
+    program: Program,
     streams_of: dict[str, list[str]],
     frontier_keys: set[str] | None,
     readers: Sequence[str],
 ) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> None:
         rows, frontier, latest_ts, latest_seq = split_rows(
-            batch.toArrow(), streams_of, frontier_keys
+            batch.toArrow(), program, streams_of, frontier_keys
         )
         if frontier_keys is not None and (frontier or latest_seq):
             engine.frontier.write_live(readers, batch_id, frontier, latest_ts, latest_seq)
@@ -282,9 +289,8 @@ def backfill_stateless(engine: Engine, layout: Layout) -> None:
         streams_of: dict[str, list[str]] = {}
         for stream in layout.new_stateless:
             streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
-        rows, _, _, _ = split_rows(
-            _backfill_table(engine, program, layout.position), streams_of, None
-        )
+        table = _backfill_table(engine, program, layout.position)
+        rows, _, _, _ = split_rows(table, program, streams_of, None)
         engine.sink.write_batch(f"backfill-{time.time_ns()}", 0, rows)
     engine.sink.set_versions({s.name: layout.fingerprints[s.name] for s in layout.new_stateless})
 
@@ -311,9 +317,8 @@ def backfill_generation(engine: Engine, layout: Layout, generation: Generation) 
             [(n, plan.id_of(n)) for n in nodes], engine.namespaces, heartbeats=True
         )
         keys = {plan.id_of(n) for n in nodes}
-        _, frontier, latest_ts, latest_seq = split_rows(
-            _backfill_table(engine, program, generation.boundary), {}, keys
-        )
+        table = _backfill_table(engine, program, generation.boundary)
+        _, frontier, latest_ts, latest_seq = split_rows(table, program, {}, keys)
         engine.frontier.write_backfill(generation.id, frontier, latest_ts, latest_seq)
     save_generation(folder, generation.streams)
     (folder / "boundary").write_text(str(generation.boundary))

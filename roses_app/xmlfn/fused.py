@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
-from roses_app.algebra.program import TICK, Program, Step
+from roses_app.algebra.program import TICK_OUTPUT, Program, Step
 from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn.batch import (
     OnError,
@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# keys, part, ts, seq, item, guid
-Row = tuple[list[str], str, int, int, str | None, str | None]
+# outputs (indexes into Program.outputs; TICK_OUTPUT for a time mark), part, ts, seq,
+# item, guid
+Row = tuple[list[int], str, int, int, str | None, str | None]
 HookFor = Callable[[Step], OnError]
 MIN_PRESEARCH = 1  # filters on one input from which a presearcher pays off
 
@@ -301,19 +302,20 @@ def run_program(
     *,
     presearch: bool = True,
 ) -> list[Row]:
-    """The output rows of one batch of input events: (keys, part, ts, seq, item, guid),
-    one per distinct output item of an input event and part, ``keys`` every output
-    that has it (a thousand subscriptions matching one item ship it once); with
+    """The output rows of one batch of input events: (outputs, part, ts, seq, item,
+    guid), one per distinct output item of an input event and part, ``outputs`` the
+    indexes in ``program.outputs`` of every output that has it (a thousand
+    subscriptions matching one item ship it once, with a thousand small integers); with
     ``program.heartbeats``, a ([], "", ts, seq, None, None) row per heartbeat; and one
-    ([TICK], "", latest ts, latest seq, None, None) row."""
+    ([TICK_OUTPUT], "", latest ts, latest seq, None, None) row."""
     run = Run(compiled(program, presearch=presearch), hook_for)
     run.load(sources, items)
     for n, step in enumerate(program.steps):
         run.step(n, step)
     # (input row, part, item) -> the keys; the same Val object (a source's item
     # passed on by filters) or the same text is one output
-    found: dict[tuple[int, str, int], tuple[list[str], Val]] = {}
-    for n, key in program.outputs:
+    found: dict[tuple[int, str, int], tuple[list[int], Val]] = {}
+    for index, (n, _) in enumerate(program.outputs):
         named: Iterable[tuple[int, str, Val]]
         if program.steps[n].kind == "split":
             named = ((r, name, v) for r, pairs in run.parts.get(n, {}).items() for name, v in pairs)
@@ -321,7 +323,7 @@ def run_program(
             named = ((r, "", v) for r, vals in run.values.get(n, {}).items() for v in vals)
         for row, part, val in named:
             entry = found.setdefault((row, part, id(val)), ([], val))
-            entry[0].append(key)
+            entry[0].append(index)
     rows = _merged(found, ts, seq)
     if program.heartbeats:
         rows.extend(
@@ -330,16 +332,16 @@ def run_program(
             if xml is None
         )
     if len(ts):
-        rows.append(([TICK], "", max(ts), max(seq), None, None))
+        rows.append(([TICK_OUTPUT], "", max(ts), max(seq), None, None))
     return rows
 
 
 def _merged(
-    found: dict[tuple[int, str, int], tuple[list[str], Val]], ts: Sequence[int], seq: Sequence[int]
+    found: dict[tuple[int, str, int], tuple[list[int], Val]], ts: Sequence[int], seq: Sequence[int]
 ) -> list[Row]:
     """One row per (input row, part, item text): distinct Val objects with equal text
     (two maps giving the same item) are one output with both keys."""
-    by_text: dict[tuple[int, str, str], tuple[list[str], Val]] = {}
+    by_text: dict[tuple[int, str, str], tuple[list[int], Val]] = {}
     for (row, part, _), (keys, val) in found.items():
         entry = by_text.setdefault((row, part, val.text()), ([], val))
         entry[0].extend(keys)
