@@ -131,6 +131,10 @@ class MemorySink:
     def position(self, query_id: str) -> int:
         return self._positions.get(query_id, 0)
 
+    def forget_query(self, query_id: str) -> None:
+        self._positions.pop(query_id, None)
+        self._applied = {(q, b) for q, b in self._applied if q != query_id}
+
     def versions(self) -> dict[str, str]:
         return {}
 

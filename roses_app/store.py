@@ -278,6 +278,13 @@ class Store:
         log.debug("%s batch %d: %d row(s)", query_id, batch_id, len(prepared))
         return True
 
+    def forget_query(self, query_id: str) -> None:
+        """A query starts without a checkpoint: Spark numbers its batches from 0 again,
+        so the batch ids and the position recorded for it are stale."""
+        with self._transaction(f"cannot reset query {query_id}") as conn:
+            conn.execute("DELETE FROM batches WHERE query_id = ?", (query_id,))
+            conn.execute("DELETE FROM positions WHERE query_id = ?", (query_id,))
+
     def position(self, query_id: str) -> int:
         """The latest spool seq whose output ``query_id`` has written (0: none)."""
         with self._read() as conn:

@@ -198,3 +198,31 @@ def test_the_layout_keeps_what_can_go_on_and_starts_what_is_new(tmp_path: Path) 
     assert [(g.live, g.boundary, g.fresh) for g in edited.generations] == [
         (frozenset({"hourly"}), 42, True)
     ]
+
+
+@pytest.mark.spark
+def test_deleting_the_checkpoints_recomputes_everything(tmp_path: Path, spark: Any) -> None:
+    """Without checkpoints Spark numbers batches from 0 again: the store must not take
+    them for batches it has already applied."""
+    import shutil
+
+    from roses_app.spark.runner import Engine, await_all, start_queries
+    from roses_app.store import Store
+
+    events = _events(12)
+    _write(tmp_path / "log", "e.jsonl", events)
+    streams = [Stream("volcano", VOLCANO)]
+    expected = evaluate_streams(streams, events)["volcano"][""]
+    with Store(tmp_path / "store.sqlite") as store:
+        for _ in range(2):
+            await_all(
+                start_queries(
+                    Engine(spark, (), tmp_path / "log", tmp_path, store, once=True), streams
+                )
+            )
+            assert store.count("volcano") == len(expected) > 0
+            shutil.rmtree(tmp_path / "checkpoints")
+            store.restart_stream("volcano")  # as if its output had been lost too
+            # the spool files Spark archived, back in place: the whole spool is read again
+            for path in (tmp_path / "archive").rglob("*.jsonl"):
+                shutil.move(str(path), str(tmp_path / "log" / path.name))

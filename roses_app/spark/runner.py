@@ -73,6 +73,10 @@ class Sink(Ledger, Protocol):
         """Record the plans of stateless streams whose output is now complete."""
         ...
 
+    def forget_query(self, query_id: str) -> None:
+        """The query starts without a checkpoint: its batch ids start again at 0."""
+        ...
+
 
 def archive_of(log_dir: Path) -> Path:
     """Where Spark moves the spool files it has committed (see :mod:`roses_app.spool`)."""
@@ -166,6 +170,7 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
         for old in engine.checkpoints.iterdir():
             shutil.rmtree(old, ignore_errors=True)
         engine.frontier.clear()
+        engine.sink.forget_query(STATELESS_QUERY)
     layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
     for name in layout.removed:
         log.info("stream %s is no longer in the config: forgetting its output", name)
@@ -309,6 +314,7 @@ def backfill_generation(engine: Engine, layout: Layout, generation: Generation) 
     stateless query's position come from a backfill, the later ones from the log."""
     for name in generation.live:
         engine.sink.restart_stream(name)
+    engine.sink.forget_query(generation.id)
     folder = engine.checkpoints / generation.id
     if generation.boundary > 0:
         plan = layout.plan
