@@ -176,9 +176,10 @@ class Spool:
 
     # -- reading ----------------------------------------------------------------
     def files(self) -> list[Path]:
-        """Every spool file: archived ones, then those Spark has still to commit."""
-        archived = sorted(self.archive_dir.rglob("*.jsonl"))
-        return archived + sorted(self.log_dir.glob("*.jsonl"))
+        """Every spool file, by the first seq it holds (archived ones are below their
+        original path, merged ones at the top of the archive)."""
+        every = [*self.archive_dir.rglob("*.jsonl"), *self.log_dir.glob("*.jsonl")]
+        return sorted(every, key=first_seq)
 
     def events(self) -> Iterator[Event]:
         """Every event in the spool, in seq order."""
@@ -200,6 +201,13 @@ class Spool:
 
 
 MARKER = ".compacting"
+
+
+def first_seq(path: Path) -> int:
+    """The first seq of a spool file, from its name (``SEQ-…`` or ``merged-SEQ-…``)."""
+    parts = path.name.split("-")
+    digits = parts[1] if parts[0] == "merged" else parts[0]
+    return int(digits) if digits.isdigit() else 0
 
 
 def compact_archive(archive: Path, tmp_dir: Path, min_files: int) -> int:
