@@ -203,6 +203,18 @@ class Spool:
 MARKER = ".compacting"
 
 
+def last_archived_seq(archive: Path) -> int:
+    """The latest seq in the archived spool files (0: none)."""
+    latest = 0
+    for path in archive.rglob("*.jsonl"):
+        parts = path.name.split("-")
+        if parts[0] == "merged" and parts[2].isdigit():
+            latest = max(latest, int(parts[2]))
+        else:
+            latest = max([latest, *(e.seq for e in read_file(path))])
+    return latest
+
+
 def first_seq(path: Path) -> int:
     """The first seq of a spool file, from its name (``SEQ-…`` or ``merged-SEQ-…``)."""
     parts = path.name.split("-")

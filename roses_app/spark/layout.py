@@ -117,14 +117,23 @@ def save_generation(folder: Path, streams: Sequence[Stream]) -> None:
 
 
 def plan_layout(
-    streams: Sequence[Stream], namespaces: Namespaces, checkpoints: Path, ledger: Ledger
+    streams: Sequence[Stream],
+    namespaces: Namespaces,
+    checkpoints: Path,
+    ledger: Ledger,
+    archived: int = 0,
 ) -> Layout:
-    """Decide the queries: keep what can go on, start what is new."""
+    """Decide the queries: keep what can go on, start what is new.
+
+    ``archived``: the latest seq of the spool files Spark has archived.  Without a
+    stateless checkpoint the query reads only the files still in the spool's log, so
+    everything up to ``archived`` is a backfill, for every stream."""
     plan = GlobalPlan.of(streams)
     prints = {s.name: stream_fingerprint(s, namespaces) for s in streams}
     fresh_start = not (checkpoints / STATELESS_QUERY).exists()
-    position = 0 if fresh_start else ledger.position(STATELESS_QUERY)
-    published = ledger.versions()
+    position = archived if fresh_start else ledger.position(STATELESS_QUERY)
+    recorded = ledger.versions()
+    published = {} if fresh_start else recorded
     stateless = tuple(plan.stateless_streams())
     new_stateless = tuple(s for s in stateless if published.get(s.name) != prints[s.name])
     kept, dropped = ([], []) if fresh_start else _existing(checkpoints, namespaces, prints)
@@ -137,7 +146,7 @@ def plan_layout(
         generations.append(
             Generation(gen_id, tuple(rest), frozenset(s.name for s in rest), position, True)
         )
-    removed = tuple(sorted(name for name in published if name not in prints))
+    removed = tuple(sorted(name for name in recorded if name not in prints))
     return Layout(
         plan,
         stateless,

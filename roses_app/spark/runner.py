@@ -49,7 +49,7 @@ from roses_app.spark.layout import (
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
 from roses_app.spark.registry import above_watermark
 from roses_app.spark.udfs import CountsParam
-from roses_app.spool import SPARK_SCHEMA_DDL
+from roses_app.spool import SPARK_SCHEMA_DDL, last_archived_seq
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,8 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
             shutil.rmtree(old, ignore_errors=True)
         engine.frontier.clear()
         engine.sink.forget_query(STATELESS_QUERY)
-    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
+    archived = last_archived_seq(archive_of(engine.log_dir))
+    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink, archived)
     for name in layout.removed:
         log.info("stream %s is no longer in the config: forgetting its output", name)
         engine.sink.restart_stream(name)
