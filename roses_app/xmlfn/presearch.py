@@ -30,563 +30,82 @@ skips the text after a comment or processing instruction and yields an element's
 before its children's text: where that differs both values are scanned, and exact
 observers reading that field become candidates.  An unexpanded entity reference or a
 node beside the root (``<!--c--><item>``) makes every observer a candidate.
+
+Modules: ``presearch_terms`` (``Term``, ``Leaf``, ``Gate``, ``Condition``; deriving
+conditions and formulas from an XPath token tree: ``condition``, ``analyse``),
+``presearch_fields`` (reading field values from items: ``field_reader``,
+``irregular``, string values; scanning them for terms), ``presearch_plan`` (formulas
+as conjunctive forms or closures, plans, postings) and here the ``Presearcher``
+(index build, match, stats), with the public names of the others re-exported.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, replace
-from itertools import product
-from operator import itemgetter
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Mapping
+from typing import Generic
 
-from ahocorasick import Automaton
-from elementpath.etree import etree_iter_strings
 from lxml import etree
 
-from roses_app.xmlfn.xpath import Namespaces, compile_xpath
+# the names marked F401 are not used here: re-exported (they were defined here)
+from roses_app.xmlfn.presearch_fields import (
+    _SPECIAL,
+    Field,
+    Reader,  # noqa: F401
+    Variant,  # noqa: F401
+    _anchored,
+    _reader,
+    _second,
+    _text,
+    _unusual,
+    _variant,
+    field_reader,
+    irregular,
+)
+from roses_app.xmlfn.presearch_plan import (
+    CHECK,
+    EXACT,
+    MAX_CNF,  # noqa: F401
+    OPEN,
+    Check,
+    K,
+    Literal,  # noqa: F401
+    Postings,  # noqa: F401
+    _closure,
+    _cnf,
+    _Group,
+    _Plan,
+    _postings,
+    _slot,
+    _union,
+)
+from roses_app.xmlfn.presearch_terms import (
+    _ANCHOR_SHIFT,
+    ANY,
+    END,
+    FN_NAMESPACE,  # noqa: F401
+    MAX_CLAUSES,
+    SEPARATOR,
+    START,
+    WHOLE,
+    WHOLE_ITEM,
+    Analysis,  # noqa: F401
+    Clauses,  # noqa: F401
+    Condition,
+    Formula,  # noqa: F401
+    Gate,  # noqa: F401
+    Leaf,
+    Term,
+    _analyse_expr,
+    _Analysis,
+    analyse,
+    condition,
+    leaves,
+    single_fields,
+)
+from roses_app.xmlfn.xpath import Namespaces
 
-K = TypeVar("K", bound=Hashable)
-
-WHOLE_ITEM = "."
-# Joins the values of a multi-valued field: XML text never holds U+0000, and no term
-# may contain it, so a match never spans two values.
-SEPARATOR = "\x00"
-FN_NAMESPACE = "http://www.w3.org/2005/xpath-functions"
-MAX_CLAUSES = 3  # clauses of a necessary condition (an exact formula may have as many)
 NEST_MIN = 16  # observers sharing a pid from which two-clause ones are nested under it
 FEW = 8  # observers below which each is checked rather than a posting looked up per pid
-MAX_CNF = 16  # clauses of an exact formula in conjunctive form; more: run as a closure
-
-# Where a term occurs, as bit flags: anywhere, at the start or end of a value, or as
-# a whole value (one occurrence both starting and ending a value).
-ANY, START, END, WHOLE = 1, 2, 4, 8
-# A term id and an anchor as one int, a "pid": the anchor in the high bits, so that
-# the pids of a set of terms hash to different slots of a set's table.
-_ANCHOR_SHIFT = 32
-_STRING_TESTS = {"contains": ANY, "starts-with": START, "ends-with": END}
-
-
-class Term(NamedTuple):
-    """``text`` occurs in the string value of ``field`` (lower-cased if ``lowered``)."""
-
-    field: str
-    lowered: bool
-    text: str
-
-
-@dataclass(frozen=True)
-class Leaf:
-    term: Term
-    anchor: int  # ANY, START, END or WHOLE
-    # exact only on items where the field has at most one value (else XPTY0004); an
-    # empty text is always found (``contains(title, '')``)
-    single: bool = False
-
-
-@dataclass(frozen=True)
-class Gate:
-    op: str  # "not" (one argument), "and" or "or" (two)
-    args: tuple[Formula, ...]
-
-
-Formula = Leaf | Gate | bool  # a bool: a constant
-Clauses = tuple[frozenset[Term], ...]  # a conjunction of disjunctions; () is no condition
-
-
-def leaves(formula: Formula | None) -> list[Leaf]:
-    if formula is None or isinstance(formula, bool):
-        return []
-    if isinstance(formula, Leaf):
-        return [formula]
-    return [leaf for arg in formula.args for leaf in leaves(arg)]
-
-
-def single_fields(formula: Formula | None) -> frozenset[str]:
-    """The fields a formula is exact on only where they have at most one value."""
-    return frozenset(leaf.term.field for leaf in leaves(formula) if leaf.single)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """If the observer is true, one of ``terms`` occurs, and one term of each of
-    ``clauses`` (``terms`` is the first); ``formula`` decides it (see ``singles``)."""
-
-    terms: frozenset[Term]
-    formula: Formula | None = None
-    clauses: Clauses = ()
-
-    @property
-    def singles(self) -> frozenset[str]:
-        """The fields ``formula`` is exact on only where they have at most one value."""
-        return single_fields(self.formula)
-
-    @property
-    def exact(self) -> bool:
-        """Exact on every item."""
-        return self.formula is not None and not self.singles
-
-
-# terms: None = no necessary condition; formula: None = not exact (exact only where
-# the fields of single_fields(formula) have at most one value)
-Analysis = tuple[frozenset[Term] | None, Formula | None]
-
-
-class _Analysis(NamedTuple):
-    clauses: Clauses  # (): no condition; (frozenset(),): never true
-    formula: Formula | None  # None: not exact (see Analysis)
-
-
-_NOTHING = _Analysis((), None)
-_NEVER: Clauses = (frozenset(),)
-
-
-@dataclass(frozen=True)
-class _Operand:
-    key: str
-    multi: bool  # may select several nodes
-    wrapped: bool = False  # passed to string() or lower-case(): raises on several nodes
-    lowered: bool = False
-
-
-def condition(expr: str, namespaces: Namespaces = ()) -> Condition | None:
-    """The necessary condition of an observer, or None: always a candidate."""
-    found = _analyse_expr(expr, namespaces)
-    if not found.clauses:
-        return None
-    return Condition(found.clauses[0], found.formula, found.clauses)
-
-
-def analyse(expr: str, namespaces: Namespaces = ()) -> Analysis:
-    """The terms (None: no condition) and the formula (None: not exact)."""
-    found = _analyse_expr(expr, namespaces)
-    return (found.clauses[0] if found.clauses else None), found.formula
-
-
-def _analyse_expr(expr: str, namespaces: Namespaces) -> _Analysis:
-    compiled = compile_xpath(expr, namespaces)
-    return _analyse(compiled.root_token, compiled.parser)
-
-
-def _is_function(token: Any, name: str, arity: int) -> bool:
-    return bool(token.symbol == name and token.label == "function" and len(token) == arity)
-
-
-def _unprefixed(token: Any, parser: Any) -> Any:
-    """``fn:contains(...)`` is a ':' token over the function: use the function itself."""
-    if token.symbol != ":" or len(token) != 2 or token[1].label != "function":
-        return token
-    return token[1] if parser.namespaces.get(token[0].value) == FN_NAMESPACE else token
-
-
-def _analyse(token: Any, parser: Any) -> _Analysis:
-    """Understood: ``contains``, ``starts-with``, ``ends-with`` (two arguments: the
-    codepoint collation) of a field or ``lower-case(field)`` and a literal;
-    ``F = 'lit'``, ``F = ('a', 'b')``, ``F eq 'lit'`` (either order); ``and``, ``or``,
-    ``not``, ``boolean``, ``true``, ``false``, parentheses.  Else: no condition."""
-    token = _unprefixed(token, parser)
-    symbol = token.symbol
-    if (symbol == "(" and len(token) == 1) or _is_function(token, "boolean", 1):
-        return _analyse(token[0], parser)
-    if symbol in ("and", "or") and len(token) == 2:
-        left, right = _analyse(token[0], parser), _analyse(token[1], parser)
-        return _junction(symbol == "and", left, right)
-    if _is_function(token, "not", 1):
-        formula = _analyse(token[0], parser).formula
-        return _Analysis((), None if formula is None else Gate("not", (formula,)))
-    if symbol in ("true", "false") and _is_function(token, symbol, 0):
-        return _Analysis(() if symbol == "true" else _NEVER, symbol == "true")
-    if symbol in _STRING_TESTS and token.label == "function" and len(token) == 2:
-        return _string_test(token, parser)
-    if symbol in ("=", "eq") and len(token) == 2:
-        return _comparison(token, parser)
-    return _NOTHING
-
-
-def _selectivity(clause: frozenset[Term]) -> tuple[int, int, list[Term]]:
-    """Fewer terms, then a longer shortest term, fire less (then: any fixed order)."""
-    return len(clause), -min((len(t.text) for t in clause), default=0), sorted(clause)
-
-
-def _best(clauses: list[frozenset[Term]]) -> Clauses:
-    """The ``MAX_CLAUSES`` most selective clauses, none implied by another."""
-    if any(not clause for clause in clauses):
-        return _NEVER
-    kept: list[frozenset[Term]] = []
-    for clause in sorted(set(clauses), key=_selectivity):
-        if not any(other <= clause for other in kept):
-            kept.append(clause)
-    return tuple(kept[:MAX_CLAUSES])
-
-
-def _junction(conjunction: bool, left: _Analysis, right: _Analysis) -> _Analysis:
-    if conjunction:  # both sides' conditions are necessary
-        clauses = _best([*left.clauses, *right.clauses])
-    elif left.clauses and right.clauses:  # one side's: a clause of each, joined
-        clauses = _best([a | b for a, b in product(left.clauses, right.clauses)])
-    else:
-        clauses = ()
-    if left.formula is None or right.formula is None:
-        return _Analysis(clauses, None)
-    return _Analysis(clauses, Gate("and" if conjunction else "or", (left.formula, right.formula)))
-
-
-def _literals(token: Any) -> list[str] | None:
-    """String literals: one, or a parenthesized sequence of them."""
-    if token.symbol == "(" and len(token) == 1:
-        return _literals(token[0])
-    if token.symbol == "," and len(token) == 2:
-        left, right = _literals(token[0]), _literals(token[1])
-        return None if left is None or right is None else left + right
-    if token.symbol == "(string)" and SEPARATOR not in token.value:
-        return [str(token.value)]
-    return None
-
-
-def _string_test(token: Any, parser: Any) -> _Analysis:
-    operand, literals = _operand(token[0], parser), _literals(token[1])
-    if operand is None or literals is None or len(literals) != 1:
-        return _NOTHING
-    term = Term(operand.key, operand.lowered, literals[0])
-    # with several nodes the call raises XPTY0004 (the item is dropped); with none,
-    # the argument is () and the test is that of '' (true only for an empty literal)
-    leaf = Leaf(term, _STRING_TESTS[token.symbol], single=operand.multi)
-    if not term.text:
-        return _Analysis((), leaf if operand.multi else True)
-    return _Analysis((frozenset({term}),), leaf)
-
-
-def _comparison(token: Any, parser: Any) -> _Analysis:
-    general = token.symbol == "="
-    operand, literals = _operand(token[0], parser), _literals(token[1])
-    if operand is None or literals is None:
-        operand, literals = _operand(token[1], parser), _literals(token[0])
-    if operand is None or not literals or "" in literals or (len(literals) > 1 and not general):
-        return _NOTHING  # '' equals an empty value without any term; eq takes one literal
-    terms = [Term(operand.key, operand.lowered, text) for text in sorted(set(literals))]
-    # a general comparison of bare nodes never raises; eq, string(), lower-case() raise
-    # on several nodes; on none, '' (string(), lower-case()) or () (eq) equals no literal
-    single = operand.multi and not (general and not operand.wrapped)
-    formula: Formula = Leaf(terms[0], WHOLE, single)
-    for term in terms[1:]:
-        formula = Gate("or", (formula, Leaf(term, WHOLE, single)))
-    return _Analysis((frozenset(terms),), formula)
-
-
-def _operand(token: Any, parser: Any) -> _Operand | None:
-    """A field, possibly through ``string()`` and ``lower-case()``."""
-    token = _unprefixed(token, parser)
-    if token.symbol == "(" and len(token) == 1:
-        return _operand(token[0], parser)
-    if _is_function(token, "lower-case", 1):
-        inner = _operand(token[0], parser)
-        if inner is None or inner.lowered:
-            return None
-        return replace(inner, wrapped=True, lowered=True)
-    if _is_function(token, "string", 0):
-        return _Operand(WHOLE_ITEM, multi=False, wrapped=True)
-    if _is_function(token, "string", 1):
-        inner = _operand(token[0], parser)
-        return None if inner is None else replace(inner, wrapped=True)
-    return _path(token, parser)
-
-
-def _path(token: Any, parser: Any) -> _Operand | None:
-    if token.symbol == "/" and len(token) == 2 and _steps(token[0], parser) == []:
-        return _path(token[1], parser)  # ./X and $i/X are X
-    first = token.symbol == "[" and len(token) == 2
-    if first and not (token[1].symbol == "(integer)" and token[1].value == 1):
-        return None
-    steps = _steps(token[0] if first else token, parser)
-    if steps is None:
-        return None
-    elements = [step for step in steps if not step.startswith("@")]
-    if first and (not elements or len(elements) < len(steps)):
-        return None
-    key = "/".join(steps) or WHOLE_ITEM
-    return _Operand(key + "[1]" if first else key, multi=bool(elements) and not first)
-
-
-def _steps(token: Any, parser: Any) -> list[str] | None:
-    """The steps of a simple path: element names, then perhaps one ``@attribute``."""
-    symbol = token.symbol
-    if symbol == "." or (symbol == "$" and token.value == "i"):
-        return []
-    if symbol == "(" and len(token) == 1:
-        return _steps(token[0], parser)
-    if symbol == "/" and len(token) == 2:
-        left, right = _steps(token[0], parser), _steps(token[1], parser)
-        if left is None or not right or any(step.startswith("@") for step in left):
-            return None
-        return left + right
-    if symbol == "@" or (symbol == "attribute" and token.label == "axis"):
-        name = _name(token[0], parser, None) if len(token) == 1 else None
-        return None if name is None else ["@" + name]
-    if symbol == "child" and token.label == "axis" and len(token) == 1:
-        token = token[0]
-    name = _name(token, parser, getattr(parser, "default_namespace", None))
-    return None if name is None else [name]
-
-
-def _name(token: Any, parser: Any, default: str | None) -> str | None:
-    """A name test as a Clark name (``{uri}local``); no wildcards."""
-    if token.symbol == "(name)":
-        return f"{{{default}}}{token.value}" if default else str(token.value)
-    if token.symbol == ":" and len(token) == 2 and token[1].symbol == "(name)":
-        uri = parser.namespaces.get(token[0].value)
-        return None if uri is None else f"{{{uri}}}{token[1].value}"
-    if token.symbol == "Q{":
-        value = str(token.value)
-        return value[2:] if value.startswith("{}") else value
-    return None
-
-
-# -- reading items ---------------------------------------------------------------------
-
-_STEP = re.compile(r"@?(?:\{[^}]*\})?[^/{}]+")
-# item, unusual -> the field's string values, and whether the engines may disagree on them
-Reader = Callable[[etree._Element, bool], tuple[list[str], bool]]
-_SPECIAL = (etree.Comment, etree.ProcessingInstruction, etree.Entity)
-
-
-def _unusual(item: etree._Element) -> bool:
-    """Whether the engines' string values may differ: elementpath skips the text after a
-    comment or processing instruction, and yields an element's tail before its
-    children's text (lxml and the standard: document order)."""
-    if next(item.iter(etree.Comment, etree.ProcessingInstruction), None) is not None:
-        return True
-    return any(node.tail and len(node) for node in item.iterdescendants())
-
-
-def _text(node: etree._Element) -> str:
-    """lxml's string value; the text method is much faster than itertext()."""
-    if len(node) == 0:  # comments and processing instructions count too
-        return node.text or ""
-    return etree.tostring(node, method="text", encoding=str, with_tail=False)
-
-
-def _string_values(nodes: list[etree._Element], unusual: bool) -> tuple[list[str], bool]:
-    """The string values as lxml gives them, plus elementpath's where they differ."""
-    values = [_text(node) for node in nodes]
-    if not unusual:
-        return values, False
-    others = ["".join(etree_iter_strings(node)) for node in nodes]
-    extra = [other for other, value in zip(others, values, strict=True) if other != value]
-    return values + extra, bool(extra)
-
-
-def _reader(key: str) -> Callable[[etree._Element, bool], tuple[list[str], int, bool]]:
-    """item, unusual -> the values of the field ``key``, how many nodes it selects, and
-    whether the engines may disagree on the values (then both are there)."""
-    first = key.endswith("[1]")
-    steps = [] if key == WHOLE_ITEM else _STEP.findall(key[:-3] if first else key)
-    attribute = steps.pop()[1:] if steps and steps[-1].startswith("@") else None
-
-    def read(item: etree._Element, unusual: bool) -> tuple[list[str], int, bool]:
-        nodes = [item]
-        for tag in steps:
-            nodes = [child for node in nodes for child in node.iterchildren(tag)]
-        if first:
-            nodes = nodes[:1]
-        if attribute is None:
-            values, differ = _string_values(nodes, unusual)
-            return values, len(nodes), differ
-        values = [value for node in nodes if (value := node.get(attribute)) is not None]
-        return values, len(values), False
-
-    return read
-
-
-def field_reader(key: str) -> Reader:
-    """The reader of the field ``key`` (see the module docstring)."""
-    read = _reader(key)
-
-    def values(item: etree._Element, unusual: bool) -> tuple[list[str], bool]:
-        found, _, differ = read(item, unusual)
-        return found, differ
-
-    return values
-
-
-def irregular(item: etree._Element) -> bool:
-    """A node beside the root (elementpath's document node counts a comment's text) or
-    an unexpanded entity reference (lxml's XPath expands it, itertext() does not)."""
-    beside = item.getprevious() is not None or item.getnext() is not None
-    return beside or next(item.iter(etree.Entity), None) is not None
-
-
-# -- scanning values ---------------------------------------------------------------------
-
-_second = itemgetter(1)
-
-
-class _Anchored(NamedTuple):
-    """Anchored terms by text: a prefix (by length) or suffix of a value, or a value."""
-
-    starts: dict[str, int]
-    start_sizes: tuple[int, ...]
-    ends: dict[str, int]
-    end_sizes: tuple[int, ...]
-    wholes: dict[str, int]
-
-
-# The terms of a field, lowered or not: (lowered, an Aho-Corasick automaton of the
-# terms found anywhere -> their pids, or None; the anchored ones, or None)
-Variant = tuple[bool, Any, _Anchored | None]
-
-
-def _variant(lowered: bool, pids: dict[Term, list[int]]) -> Variant:
-    """The scanner of terms (of one field and ``lowered``) -> their pids (see _pid)."""
-    automaton = Automaton()
-    anchored: dict[int, dict[str, int]] = {START: {}, END: {}, WHOLE: {}}
-    for term, ids in pids.items():
-        for pid in ids:
-            anchor = pid >> _ANCHOR_SHIFT
-            if anchor == ANY:
-                automaton.add_word(term.text, pid)
-            else:
-                anchored[anchor][term.text] = pid
-    if len(automaton):
-        automaton.make_automaton()
-    starts, ends, wholes = anchored[START], anchored[END], anchored[WHOLE]
-    anchors = None
-    if starts or ends or wholes:
-        start_sizes = tuple(sorted({len(text) for text in starts}))
-        end_sizes = tuple(sorted({len(text) for text in ends}))
-        anchors = _Anchored(starts, start_sizes, ends, end_sizes, wholes)
-    return lowered, automaton if len(automaton) else None, anchors
-
-
-def _anchored(anchored: _Anchored, values: list[str], found: set[int]) -> None:
-    """Adds the pids of the anchored terms that start, end or are one of ``values``."""
-    starts, start_sizes, ends, end_sizes, wholes = anchored
-    for value in values:
-        pid = wholes.get(value)
-        if pid is not None:
-            found.add(pid)
-        for size in start_sizes:
-            if size > len(value):
-                break
-            pid = starts.get(value[:size])
-            if pid is not None:
-                found.add(pid)
-        for size in end_sizes:
-            if size > len(value):
-                break
-            pid = ends.get(value[-size:])
-            if pid is not None:
-                found.add(pid)
-
-
-# A field read: (key, the child element's name if the key is one (read in one pass over
-# the children), only the first such child (``title[1]``), its reader, the observers
-# exact only where it has at most one value, the exact observers reading it (they are
-# candidates where the engines disagree on its values), its variants)
-Field = tuple[
-    str,
-    str | None,
-    bool,
-    Callable[[etree._Element, bool], tuple[list[str], int, bool]],
-    frozenset[Any],
-    frozenset[Any],
-    tuple[Variant, ...],
-]
-
-
-# -- compiling observers -------------------------------------------------------------------
-
-Literal = tuple[int, bool]  # a term's pid (see Presearcher._pid), and not negated
-Check = Callable[[set[int]], bool]
-EXACT, CHECK, OPEN = 0, 1, 2  # decided by sets / by a closure / a candidate if it holds
-
-
-def _cnf(
-    formula: Formula, pid: Callable[[Leaf], int], positive: bool = True
-) -> list[frozenset[Literal]] | None:
-    """The formula (negated unless ``positive``) as a conjunction of clauses, or None if
-    that has more than ``MAX_CNF`` clauses.  An empty list is true, an empty clause false."""
-    if isinstance(formula, bool) or (isinstance(formula, Leaf) and not formula.term.text):
-        return [] if (formula is not False) is positive else [frozenset()]
-    if isinstance(formula, Leaf):
-        return [frozenset({(pid(formula), positive)})]
-    if formula.op == "not":
-        return _cnf(formula.args[0], pid, not positive)
-    left, right = (_cnf(arg, pid, positive) for arg in formula.args)
-    if left is None or right is None:
-        return None
-    if (formula.op == "and") is positive:
-        clauses = left + right
-    elif len(left) * len(right) > MAX_CNF:
-        return None
-    else:
-        clauses = [a | b for a in left for b in right]
-    # without tautologies, duplicates, and clauses implied by others
-    kept: list[frozenset[Literal]] = []
-    for clause in sorted(set(clauses), key=len):
-        tautology = any((p, not s) in clause for p, s in clause)
-        if not tautology and not any(other <= clause for other in kept):
-            kept.append(clause)
-    return None if len(kept) > MAX_CNF else kept
-
-
-def _closure(formula: Formula, pid: Callable[[Leaf], int]) -> Check:
-    """The formula as a function of the ids of the terms found."""
-    if isinstance(formula, bool) or (isinstance(formula, Leaf) and not formula.term.text):
-        value = formula is not False
-        return lambda found: value
-    if isinstance(formula, Leaf):
-        term = pid(formula)
-        return lambda found: term in found
-    checks = [_closure(arg, pid) for arg in formula.args]
-    if formula.op == "not":
-        operand = checks[0]
-        return lambda found: not operand(found)
-    left, right = checks
-    if formula.op == "and":
-        return lambda found: left(found) and right(found)
-    return lambda found: left(found) or right(found)
-
-
-@dataclass
-class _Plan(Generic[K]):
-    key: K
-    mode: int
-    clauses: list[frozenset[int]]  # positive, each with a found pid if the observer holds
-    negated: frozenset[int]  # EXACT: true if no pid of these is found
-    check: Check | None = None  # CHECK: the formula
-    formula: Formula | None = None
-
-
-Postings = dict[int, frozenset[Any]]  # pid -> observer keys
-
-
-class _Group(NamedTuple):
-    """Observers of one mode and number of clauses, and with negated pids or not.
-
-    Flat: slot i holds their i-th clauses.  Nested (two clauses, one a pid shared by
-    many observers, e.g. ``category = 'c'``): that pid -> the other clause's pids ->
-    observers; an item costs a look-up per pid found and shared pid found, instead of
-    an element per observer whose first clause holds."""
-
-    mode: int
-    slots: tuple[Postings, ...]
-    nested: dict[int, Postings] | None
-    clauses_by: dict[Any, list[frozenset[int]]]  # flat, two clauses or more: by observer
-    negated: Postings | None  # EXACT: the pids that make them false
-    negated_by: dict[Any, frozenset[int]]  # those pids by observer
-    everyone: frozenset[Any]  # with no clause
-
-
-def _postings(found: set[int], postings: Postings) -> list[frozenset[Any]]:
-    """The postings of the pids found: a look-up per pid found or per pid indexed."""
-    if len(postings) < len(found):
-        return list(map(postings.__getitem__, found.intersection(postings)))
-    return list(filter(None, map(postings.get, found)))
-
-
-def _union(sets: list[frozenset[K]]) -> frozenset[K] | set[K]:
-    return sets[0] if len(sets) == 1 else set().union(*sets)
 
 
 class Presearcher(Generic[K]):
@@ -856,14 +375,6 @@ class Presearcher(Generic[K]):
             "terms": len(self._ids),
             "fields": len(self._fields),
         }
-
-
-def _slot(members: list[tuple[K, frozenset[int]]]) -> dict[int, frozenset[K]]:
-    postings: dict[int, set[K]] = {}
-    for key, pids in members:
-        for pid in pids:
-            postings.setdefault(pid, set()).add(key)
-    return {pid: frozenset(keys) for pid, keys in postings.items()}
 
 
 __all__ = [
