@@ -64,10 +64,6 @@ def lower(node: Node, ctx: LowerContext) -> DataFrame:
 register = _dispatch.register
 
 
-def handler_of(node_type: type) -> object:
-    return _dispatch.dispatch(node_type)
-
-
 def has_handler(node_type: type) -> bool:
     return _dispatch.dispatch(node_type) is not _dispatch.dispatch(object)
 
