@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from roses_app.algebra.globalplan import fingerprint
 from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union, XQuery
@@ -43,9 +44,10 @@ class Program:
     namespaces: Namespaces = ()
     heartbeats: bool = False
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Identifies the program, so workers compile it once."""
+        """Identifies the program, so workers compile it once (computed once per
+        program object: a worker looks it up for every batch)."""
         return fingerprint((self.steps, self.outputs, self.namespaces, self.heartbeats))
 
     def describe(self) -> str:

@@ -16,7 +16,6 @@ events, so the copies of one input event that reach a step by several paths are 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn.batch import (
     OnError,
     accessor_fn,
+    logging_hook,
     observer_fn,
     report,
     splitter_fn,
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 # item, guid
 Row = tuple[list[int], str, int, int, str | None, str | None]
 HookFor = Callable[[Step], OnError]
-MIN_PRESEARCH = 1  # filters on one input from which a presearcher pays off
 
 
 class Val:
@@ -117,30 +116,17 @@ def _compile(program: Program, presearch: bool) -> Compiled:
             out.functions[n] = accessor_fn(step.arg, ns)
         elif step.kind == "split":
             out.functions[n] = splitter_fn(step.arg, ns)
-    if presearch and os.environ.get("ROSES_PRESEARCH", "1") != "0":
+    if presearch:
         from roses_app.xmlfn.presearch import Presearcher
 
         for read, filters in readers.items():
-            if len(filters) >= MIN_PRESEARCH:
-                observers = {f: program.steps[f].arg for f in filters}
-                out.presearchers[read] = Presearcher(observers, ns)
-                out.searched[read] = filters
+            out.presearchers[read] = Presearcher({f: program.steps[f].arg for f in filters}, ns)
+            out.searched[read] = filters
     return out
 
 
 def default_hooks(step: Step) -> OnError:
-    def hook(xml: str | None, exc: Exception) -> None:
-        from roses_app.xmlfn.batch import guid_note
-
-        log.warning(
-            "stream %s, step %s: dropped an item%s: %s",
-            step.stream,
-            step.label,
-            guid_note(xml),
-            exc,
-        )
-
-    return hook
+    return logging_hook(f"stream {step.stream}, step {step.label}")
 
 
 @dataclass
@@ -163,9 +149,7 @@ class Run:
             if xml is None or not targets:
                 continue
             try:
-                val = Val(
-                    etree.fromstring(xml, parser) if "<?xml" not in xml[:6] else parse(xml), xml
-                )
+                val = Val(parse(xml, parser), xml)
             except (etree.XMLSyntaxError, ValueError) as exc:
                 step = self.code.program.steps[targets[0]]
                 report(self.hook_for(step), f"source {step.arg}", xml, exc)
@@ -207,23 +191,14 @@ class Run:
 
     def _filter(self, n: int, step: Step, upstream: Values) -> None:
         read = step.inputs[0]
-        observe = self.code.functions[n]
         if read in self.code.presearchers:
             if n not in self.pending:
                 self._presearch(read)
-            kept: Values = {row: list(vals) for row, vals in self.accepted.pop(n).items()}
-            todo = self.pending.pop(n)
+            kept, todo = self.accepted.pop(n), self.pending.pop(n)
         else:
             kept, todo = {}, upstream
-        hook = None
-        for row, vals in todo.items():
-            for val in vals:
-                try:
-                    ok = observe(val.element())
-                except Exception as exc:  # a dynamic error on one item: it is dropped
-                    hook = hook or self.hook_for(step)
-                    report(hook, f"filter {step.arg!r}", val.text(), exc)
-                    continue
+        for row, pairs in self._applied(n, step, todo).items():
+            for ok, val in pairs:
                 if ok:
                     kept.setdefault(row, []).append(val)
         if kept:
@@ -312,9 +287,8 @@ def run_program(
     run.load(sources, items)
     for n, step in enumerate(program.steps):
         run.step(n, step)
-    # (input row, part, item) -> the keys; the same Val object (a source's item
-    # passed on by filters) or the same text is one output
-    found: dict[tuple[int, str, int], tuple[list[int], Val]] = {}
+    # (input row, part, item text) -> the outputs that have it, and the item
+    found: dict[tuple[int, str, str], tuple[list[int], Val]] = {}
     for index, (n, _) in enumerate(program.outputs):
         named: Iterable[tuple[int, str, Val]]
         if program.steps[n].kind == "split":
@@ -322,9 +296,11 @@ def run_program(
         else:
             named = ((r, "", v) for r, vals in run.values.get(n, {}).items() for v in vals)
         for row, part, val in named:
-            entry = found.setdefault((row, part, id(val)), ([], val))
-            entry[0].append(index)
-    rows = _merged(found, ts, seq)
+            found.setdefault((row, part, val.text()), ([], val))[0].append(index)
+    rows: list[Row] = [
+        (outputs, part, ts[row], seq[row], text, val.identity())
+        for (row, part, text), (outputs, val) in found.items()
+    ]
     if program.heartbeats:
         rows.extend(
             ([], "", t, s, None, None)
@@ -334,18 +310,3 @@ def run_program(
     if len(ts):
         rows.append(([TICK_OUTPUT], "", max(ts), max(seq), None, None))
     return rows
-
-
-def _merged(
-    found: dict[tuple[int, str, int], tuple[list[int], Val]], ts: Sequence[int], seq: Sequence[int]
-) -> list[Row]:
-    """One row per (input row, part, item text): distinct Val objects with equal text
-    (two maps giving the same item) are one output with both keys."""
-    by_text: dict[tuple[int, str, str], tuple[list[int], Val]] = {}
-    for (row, part, _), (keys, val) in found.items():
-        entry = by_text.setdefault((row, part, val.text()), ([], val))
-        entry[0].extend(keys)
-    return [
-        (keys, part, ts[row], seq[row], text, val.identity())
-        for (row, part, text), (keys, val) in by_text.items()
-    ]
