@@ -204,20 +204,21 @@ MARKER = ".compacting"
 
 
 def last_archived_seq(archive: Path) -> int:
-    """The latest seq in the archived spool files (0: none)."""
-    latest = 0
-    for path in archive.rglob("*.jsonl"):
-        parts = path.name.split("-")
-        if parts[0] == "merged" and parts[2].isdigit():
-            latest = max(latest, int(parts[2]))
-        else:
-            latest = max([latest, *(e.seq for e in read_file(path))])
-    return latest
+    """The latest seq in the archived spool files (0: none).  Files never overlap in
+    seq, so it is in the file that starts last: only that one is read."""
+    files = list(archive.rglob("*.jsonl"))
+    if not files:
+        return 0
+    newest = max(files, key=first_seq)
+    parts = newest.stem.split("-")
+    if parts[0] == "merged" and parts[-1].isdigit():
+        return int(parts[-1])
+    return max((e.seq for e in read_file(newest)), default=0)
 
 
 def first_seq(path: Path) -> int:
     """The first seq of a spool file, from its name (``SEQ-…`` or ``merged-SEQ-…``)."""
-    parts = path.name.split("-")
+    parts = path.stem.split("-")
     digits = parts[1] if parts[0] == "merged" else parts[0]
     return int(digits) if digits.isdigit() else 0
 

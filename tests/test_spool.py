@@ -120,3 +120,17 @@ def test_a_compaction_cut_short_is_finished_or_undone(tmp_path: Path) -> None:
     reopened = Spool(tmp_path / "spool")
     assert list(reopened.events()) == events
     reopened.close()
+
+
+def test_the_last_archived_seq_reads_only_the_newest_file(tmp_path: Path) -> None:
+    from roses_app.spool import last_archived_seq
+
+    spool = Spool(tmp_path / "spool")
+    assert last_archived_seq(spool.archive_dir) == 0
+    for n in range(5):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None), (f"<x>{n}</x>", None)])
+    _archive_all(spool)
+    assert last_archived_seq(spool.archive_dir) == 10
+    spool.compact(min_files=1)  # one merged file: its name says it
+    assert last_archived_seq(spool.archive_dir) == 10
+    spool.close()

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.globalplan import GlobalPlan
-from roses_app.algebra.plan import Stream
+from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.errors import QueryError
@@ -164,6 +164,7 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
     """Rewrite the streams, decide the queries, clear what is stale."""
     streams = rewrite_streams(streams, engine.namespaces)
     engine.checkpoints.mkdir(parents=True, exist_ok=True)
+    archived = 0
     if not (engine.checkpoints / STATELESS_QUERY).exists():
         # Everything starts from the beginning of the spool: no older state or
         # frontier row may mix in (and earlier layouts' folders go).
@@ -171,7 +172,7 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
             shutil.rmtree(old, ignore_errors=True)
         engine.frontier.clear()
         engine.sink.forget_query(STATELESS_QUERY)
-    archived = last_archived_seq(archive_of(engine.log_dir))
+        archived = last_archived_seq(archive_of(engine.log_dir))
     layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink, archived)
     for name in layout.removed:
         log.info("stream %s is no longer in the config: forgetting its output", name)
@@ -213,13 +214,8 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
     """The stateless query's frame (the fused stage over the spool) and its sink."""
     plan = layout.plan
     frontier = plan.frontier(s for g in layout.generations for s in g.streams if s.name in g.live)
-    outputs = [(s.plan, plan.id_of(s.plan)) for s in layout.stateless]
-    outputs += [(node, plan.id_of(node)) for node in frontier]
-    program = build_program(outputs, engine.namespaces, heartbeats=bool(frontier))
+    program, streams_of = stateless_program(engine, plan, layout.stateless, frontier)
     log.info("stateless query: %s", program.describe())
-    streams_of: dict[str, list[str]] = {}
-    for stream in layout.stateless:
-        streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
     keys = {plan.id_of(node) for node in frontier}
     frame = fused_frame(events_stream(engine.spark, engine.log_dir), program, engine.errors)
     readers = [g.id for g in layout.generations]
@@ -227,6 +223,20 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
         engine.frontier.prepare(generation)
     handle = stateless_handler(engine, program, streams_of, keys if frontier else None, readers)
     return frame, handle
+
+
+def stateless_program(
+    engine: Engine, plan: GlobalPlan, streams: Sequence[Stream], frontier: Sequence[Node] = ()
+) -> tuple[Program, dict[str, list[str]]]:
+    """The fused program of ``streams`` (and of the frontier nodes), and which streams
+    each output node id stands for (equal plans are one output)."""
+    outputs = [(s.plan, plan.id_of(s.plan)) for s in streams]
+    outputs += [(node, plan.id_of(node)) for node in frontier]
+    program = build_program(outputs, engine.namespaces, heartbeats=bool(frontier))
+    streams_of: dict[str, list[str]] = {}
+    for stream in streams:
+        streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
+    return program, streams_of
 
 
 def split_rows(
@@ -290,11 +300,7 @@ def backfill_stateless(engine: Engine, layout: Layout) -> None:
             len(layout.new_stateless),
             ", ".join(s.name for s in layout.new_stateless),
         )
-        outputs = [(s.plan, plan.id_of(s.plan)) for s in layout.new_stateless]
-        program = build_program(outputs, engine.namespaces)
-        streams_of: dict[str, list[str]] = {}
-        for stream in layout.new_stateless:
-            streams_of.setdefault(plan.id_of(stream.plan), []).append(stream.name)
+        program, streams_of = stateless_program(engine, plan, layout.new_stateless)
         table = _backfill_table(engine, program, layout.position)
         rows, _, _, _ = split_rows(table, program, streams_of, None)
         engine.sink.write_batch(f"backfill-{time.time_ns()}", 0, rows)
@@ -320,9 +326,7 @@ def backfill_generation(engine: Engine, layout: Layout, generation: Generation) 
     if generation.boundary > 0:
         plan = layout.plan
         nodes = plan.frontier(generation.streams)
-        program = build_program(
-            [(n, plan.id_of(n)) for n in nodes], engine.namespaces, heartbeats=True
-        )
+        program, _ = stateless_program(engine, plan, (), nodes)
         keys = {plan.id_of(n) for n in nodes}
         table = _backfill_table(engine, program, generation.boundary)
         _, frontier, latest_ts, latest_seq = split_rows(table, program, {}, keys)
