@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, Union
+from roses_app.algebra.globalplan import is_stateless
+from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, Poller, StateStore
 from roses_app.connectors.mail import MailConnectors
@@ -28,13 +29,12 @@ log = logging.getLogger(__name__)
 
 MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
 HEARTBEAT_SECONDS = 30.0  # at least this long between heartbeats (no item arrived meanwhile)
-STATELESS = (Source, Filter, Map, Union, Split)
 
 
 def needs_time(streams: list[Stream]) -> bool:
     """True when some stream has an operator that time alone can make emit (windows,
     joins, aggregates...): only then are heartbeats worth writing."""
-    return any(not isinstance(node, STATELESS) for stream in streams for node in stream.plan.walk())
+    return not all(is_stateless(stream.plan) for stream in streams)
 
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:

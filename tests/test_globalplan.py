@@ -184,7 +184,7 @@ def test_the_layout_keeps_what_can_go_on_and_starts_what_is_new(tmp_path: Path) 
     assert fresh.query_ids() == [STATELESS_QUERY, fresh.generations[0].id]
     # after a run: the stateless checkpoint and the generation's plans are there
     (tmp_path / STATELESS_QUERY).mkdir()
-    save_generation(tmp_path / fresh.generations[0].id, fresh.generations[0].streams)
+    save_generation(tmp_path / fresh.generations[0].id, fresh.generations[0])
     published = {"volcano": stream_fingerprint(volcano, ()), "gone": "0" * 16}
     later = plan_layout([volcano, rain, hourly], (), tmp_path, FakeLedger(42, published))
     assert later.position == 42

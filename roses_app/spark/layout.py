@@ -94,25 +94,27 @@ class Layout:
         raise KeyError(stream)
 
 
-def load_generation(folder: Path) -> tuple[Stream, ...] | None:
-    """The plans a generation runs, or None when they cannot be read back (written by
-    another version of ROSES: the generation is then started again)."""
+def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int] | None:
+    """The plans a generation runs and its boundary, or None when they cannot be read
+    back (written by another version of ROSES: the generation is then started again)."""
     try:
         with open(folder / PLANS_FILE, "rb") as fh:
-            streams = pickle.load(fh)
+            saved = pickle.load(fh)
     except (OSError, pickle.UnpicklingError, AttributeError, ImportError, EOFError) as exc:
         log.warning("cannot read the plans of %s (%s): it starts again", folder.name, exc)
         return None
-    if not isinstance(streams, tuple) or not all(isinstance(s, Stream) for s in streams):
+    ok = isinstance(saved, tuple) and len(saved) == 2 and isinstance(saved[1], int)
+    if not ok or not all(isinstance(s, Stream) for s in saved[0]):
         return None
-    return streams
+    return tuple(saved[0]), saved[1]
 
 
-def save_generation(folder: Path, streams: Sequence[Stream]) -> None:
+def save_generation(folder: Path, generation: Generation) -> None:
+    """The plans and the boundary of a generation, kept beside its checkpoint."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (PLANS_FILE + ".tmp")
     with open(tmp, "wb") as fh:
-        pickle.dump(tuple(streams), fh)
+        pickle.dump((tuple(generation.streams), generation.boundary), fh)
     tmp.replace(folder / PLANS_FILE)
 
 
@@ -167,16 +169,14 @@ def _existing(
     if not checkpoints.exists():
         return kept, dropped
     for folder in sorted(checkpoints.glob(GENERATION_PREFIX + "*")):
-        streams = load_generation(folder)
+        saved = load_generation(folder)
+        streams, boundary = saved if saved is not None else ((), 0)
         live = frozenset(
-            s.name for s in streams or () if prints.get(s.name) == stream_fingerprint(s, namespaces)
+            s.name for s in streams if prints.get(s.name) == stream_fingerprint(s, namespaces)
         )
-        if streams is None or not live:
+        if not live:
             dropped.append(folder.name)
             continue
-        boundary = (
-            int((folder / "boundary").read_text() or 0) if (folder / "boundary").exists() else 0
-        )
         kept.append(Generation(folder.name, streams, live, boundary, False))
     return kept, dropped
 

@@ -331,8 +331,7 @@ def backfill_generation(engine: Engine, layout: Layout, generation: Generation) 
         table = _backfill_table(engine, program, generation.boundary)
         _, frontier, latest_ts, latest_seq = split_rows(table, program, {}, keys)
         engine.frontier.write_backfill(generation.id, frontier, latest_ts, latest_seq)
-    save_generation(folder, generation.streams)
-    (folder / "boundary").write_text(str(generation.boundary))
+    save_generation(folder, generation)
 
 
 def start_generation(engine: Engine, generation: Generation) -> RunningQuery:
