@@ -11,14 +11,10 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from roses_app.config import format_problems, load_config
 from roses_app.config.model import Config
 from roses_app.errors import ConfigError, RosesError
-
-if TYPE_CHECKING:
-    from roses_app.spark.layout import Layout
 
 log = logging.getLogger("roses")
 
@@ -96,21 +92,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         engine = Engine(spark, settings.namespaces, log_dir, settings.data_dir, store)
         layout, frames = query_frames(engine, [s.stream for s in config.streams.values()])
     print("== the global plan (every stream; equal sub-plans are one node)")
-    print(format_global(layout.plan, _queries_of(layout)))
+    print(format_global(layout.plan, layout.queries()))
     for qid, frame in frames:
         print(f"== Spark query {qid}: its plan")
         frame.explain(extended=True)
     return EXIT_OK
-
-
-def _queries_of(layout: Layout) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for stream in layout.plan.streams:
-        try:
-            out[stream.name] = layout.query_of(stream.name)
-        except KeyError:
-            out[stream.name] = "?"
-    return out
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

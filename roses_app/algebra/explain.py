@@ -157,12 +157,12 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
     """The global plan: each node of the DAG (inputs first) with its id, its inputs,
     the streams that share it and the Spark queries that compute it (``queries``:
     stream -> query id; stateless nodes all run in the fused stage)."""
+    frontier = set(plan.frontier())
     lines = [
         f"{len(plan.nodes)} nodes for {len(plan.streams)} streams; "
         f"{len(plan.stateless_streams())} stateless, {len(plan.stateful_streams())} stateful, "
-        f"{len(plan.frontier())} frontier nodes, {len(plan.shared())} shared nodes"
+        f"{len(frontier)} frontier nodes, {len(plan.shared())} shared nodes"
     ]
-    frontier = set(plan.frontier())
     for dag in plan.nodes.values():
         where = f" [{dag.node.origin.file}:{dag.node.origin.line}]" if dag.node.origin.line else ""
         inputs = f" <- {', '.join(dag.inputs)}" if dag.inputs else ""

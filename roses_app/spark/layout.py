@@ -85,13 +85,12 @@ class Layout:
         first = [STATELESS_QUERY] if self.stateless or self.generations else []
         return first + [g.id for g in self.generations]
 
-    def query_of(self, stream: str) -> str:
-        if stream in {s.name for s in self.stateless}:
-            return STATELESS_QUERY
+    def queries(self) -> dict[str, str]:
+        """stream -> the id of the query that writes its output."""
+        out = {s.name: STATELESS_QUERY for s in self.stateless}
         for generation in self.generations:
-            if stream in generation.live:
-                return generation.id
-        raise KeyError(stream)
+            out.update(dict.fromkeys(generation.live, generation.id))
+        return out
 
 
 def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int] | None:
