@@ -224,3 +224,15 @@ def test_deleting_the_checkpoints_recomputes_everything(tmp_path: Path, spark: A
             shutil.rmtree(tmp_path / "checkpoints")
             store.restart_stream("volcano")  # as if its output had been lost too
             # what Spark archived is read again too (a backfill): the whole spool
+
+
+@pytest.mark.spark
+def test_streams_with_equal_plans_each_get_every_event_once(tmp_path: Path, spark: Any) -> None:
+    events = _events(12)
+    _write(tmp_path / "log", "e.jsonl", events)
+    streams = [Stream("one", VOLCANO), Stream("two", VOLCANO), Stream("all", Source("a"))]
+    sink = MemorySink([s.name for s in streams])
+    _run(spark, tmp_path, streams, sink)
+    expected = evaluate_streams(streams, events)
+    for stream in streams:
+        assert sorted(sink.collected[stream.name][""]) == expected[stream.name][""]

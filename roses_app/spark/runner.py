@@ -230,8 +230,10 @@ def stateless_program(
 ) -> tuple[Program, dict[str, list[str]]]:
     """The fused program of ``streams`` (and of the frontier nodes), and which streams
     each output node id stands for (equal plans are one output)."""
-    outputs = [(s.plan, plan.id_of(s.plan)) for s in streams]
-    outputs += [(node, plan.id_of(node)) for node in frontier]
+    # one output per node: streams with equal plans, or a stream root that is also a
+    # frontier node, share it, so no row comes out twice
+    nodes = dict.fromkeys([*(s.plan for s in streams), *frontier])
+    outputs = [(node, plan.id_of(node)) for node in nodes]
     program = build_program(outputs, engine.namespaces, heartbeats=bool(frontier))
     streams_of: dict[str, list[str]] = {}
     for stream in streams:
@@ -245,7 +247,9 @@ def split_rows(
     streams_of: dict[str, list[str]],
     frontier_keys: set[str] | None,
 ) -> tuple[list[OutputRow], list[tuple[str | None, int, int, str | None]], int, int]:
-    """A fused batch's rows: stream output rows, frontier rows, latest ts and seq."""
+    """A fused batch's rows: stream output rows, frontier rows, latest ts and seq.
+    Each output node is one program output and each fused row one distinct item of an
+    input event, so no row comes twice."""
     keys = [key for _, key in program.outputs]
     names = ("outputs", "part", "ts", "seq", "item", "guid")
     columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
@@ -265,7 +269,7 @@ def split_rows(
                 frontier.append((key, ts, seq, item))
             for stream in streams_of.get(key, ()):
                 out.append((stream, part, ts, seq, item, guid))
-    return list(dict.fromkeys(out)), frontier, latest_ts, latest_seq
+    return out, frontier, latest_ts, latest_seq
 
 
 def stateless_handler(
