@@ -85,10 +85,12 @@ def _write(folder: Path, name: str, events: list[RefInput]) -> None:
     write_events(folder / name, [Event(e.source, e.ts, e.seq, e.item) for e in events])
 
 
-def _run(spark: Any, work: Path, streams: list[Stream], sink: MemorySink) -> list[Any]:
+def _run(
+    spark: Any, work: Path, streams: list[Stream], sink: MemorySink, **options: Any
+) -> list[Any]:
     from roses_app.spark.runner import Engine, await_all, start_queries
 
-    engine = Engine(spark, (), work / "log", work, sink, once=True)
+    engine = Engine(spark, (), work / "log", work, sink, once=True, **options)
     running = start_queries(engine, streams)
     await_all(running)
     return running
@@ -126,6 +128,24 @@ def test_one_query_for_1_and_for_200_stateless_streams(tmp_path: Path, spark: An
             k: v for k, v in expected.items() if v.get("")
         }
     assert counts == {1: 1, 200: 1}
+
+
+@pytest.mark.spark
+def test_a_backlog_runs_as_several_bounded_batches(tmp_path: Path, spark: Any) -> None:
+    """A spool bigger than a micro-batch's byte bound is read in several batches (the
+    driver never holds the whole backlog's output), with the same result."""
+    events = _events(60)
+    for k in range(6):
+        _write(tmp_path / "log", f"{k}.jsonl", events[k * 10 : (k + 1) * 10])
+    streams = _subscriptions(3)
+    sink = MemorySink([s.name for s in streams])
+    file_size = (tmp_path / "log" / "0.jsonl").stat().st_size
+    running = _run(spark, tmp_path, streams, sink, max_batch_bytes=2 * file_size)
+    batches = [p["batchId"] for p in running[0].query.recentProgress if p["numInputRows"]]
+    assert len(batches) >= 3, running[0].query.recentProgress
+    expected = evaluate_streams(streams, events)
+    for name in ("sub0", "sub1", "sub2"):
+        assert sorted(sink.collected[name].get("", [])) == expected[name][""], name
 
 
 @pytest.mark.spark

@@ -83,10 +83,19 @@ def archive_of(log_dir: Path) -> Path:
     return log_dir.parent / "archive"
 
 
-def events_stream(spark: SparkSession, log_dir: Path) -> DataFrame:
+# At most this much of the spool per micro-batch (Spark takes at least one file): a
+# backlog (a fresh start over a big spool, a long pause) runs as several batches, so
+# the driver never holds the output of the whole backlog at once.
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+
+
+def events_stream(
+    spark: SparkSession, log_dir: Path, max_batch_bytes: int = MAX_BATCH_BYTES
+) -> DataFrame:
     """The spool's events as a streaming DataFrame; the files of committed batches
     are moved to the spool's archive, so each trigger lists only what is new."""
     reader = spark.readStream.schema(SPARK_SCHEMA_DDL)
+    reader = reader.option("maxBytesPerTrigger", max_batch_bytes)
     reader = reader.option("cleanSource", "archive")
     reader = reader.option("sourceArchiveDir", str(archive_of(log_dir)))
     return reader.json(str(log_dir))
@@ -130,6 +139,7 @@ class Engine:
     trigger_seconds: float = 5.0
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
+    max_batch_bytes: int = MAX_BATCH_BYTES
 
     @property
     def checkpoints(self) -> Path:
@@ -217,7 +227,8 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
     program, streams_of = stateless_program(engine, plan, layout.stateless, frontier)
     log.info("stateless query: %s", program.describe())
     keys = {plan.id_of(node) for node in frontier}
-    frame = fused_frame(events_stream(engine.spark, engine.log_dir), program, engine.errors)
+    events = events_stream(engine.spark, engine.log_dir, engine.max_batch_bytes)
+    frame = fused_frame(events, program, engine.errors)
     readers = [g.id for g in layout.generations]
     for generation in readers:
         engine.frontier.prepare(generation)
