@@ -93,10 +93,14 @@ class Spool:
             )
             self._db.execute("INSERT OR IGNORE INTO files VALUES (?)", (name,))
             if events:
-                for counter, value in (
+                counters = [
                     ("seq", max(e.seq for e in events)),
                     ("ts", max(e.ts for e in events)),
-                ):
+                ]
+                items = [e.ts for e in events if e.item is not None]
+                if items:
+                    counters.append(("item_ts", max(items)))
+                for counter, value in counters:
                     self._db.execute(
                         "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE "
                         "SET value = max(value, excluded.value)",
@@ -152,6 +156,12 @@ class Spool:
     def last_ts(self) -> int:
         """The ingest time of the latest append (0 for an empty spool)."""
         return self._counter("ts")
+
+    def last_item_ts(self) -> int | None:
+        """The ingest time of the latest item (heartbeats aside); None for a spool
+        without items.  A spool written before this was counted answers its latest
+        append's time, which only makes heartbeats go on a little longer."""
+        return self._counter("item_ts") or self._counter("ts") or None
 
     def _known(self, key: str) -> bool:
         return self._db.execute("SELECT 1 FROM keys WHERE key = ?", (key,)).fetchone() is not None
