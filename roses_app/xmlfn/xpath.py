@@ -211,6 +211,8 @@ def _copy(element: etree._Element) -> etree._Element:
 
 def split_name(result: Any) -> str | None:
     """The output name a split function returns: the string value, or None if empty."""
+    if isinstance(result, str):  # what the fast path gives: no list to build
+        return result.strip() or None
     values = _values(result)
     if not values:
         return None
