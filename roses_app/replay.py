@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -147,8 +147,14 @@ class MemorySink:
         return removed
 
 
-def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -> Outputs:
-    """Evaluate through the Spark engine: the same queries the daemon runs."""
+def run_spark(
+    config: Config,
+    events: EventList,
+    work_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Outputs:
+    """Evaluate through the Spark engine: the same queries the daemon runs (with
+    ``progress``, a line of what they have done about every second)."""
     from roses_app.spark.runner import Engine, await_all, start_queries
     from roses_app.spark.session import build_session
     from roses_app.spool import write_events
@@ -175,7 +181,8 @@ def run_spark(config: Config, events: EventList, work_dir: Path | None = None) -
             once=True,
             lateness=config.settings.lateness,
         )
-        await_all(start_queries(engine, [stream.stream for stream in config.streams.values()]))
+        running = start_queries(engine, [stream.stream for stream in config.streams.values()])
+        await_all(running, progress, total_events=len(events.events))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     collected = sink.collected
@@ -214,12 +221,18 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     return written
 
 
-def replay(config: Config, events_path: Path, out_dir: Path, engine: str) -> list[Path]:
+def replay(
+    config: Config,
+    events_path: Path,
+    out_dir: Path,
+    engine: str,
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
     events = read_events(events_path)
     if engine == "reference":
         outputs = run_reference(config, events)
     elif engine == "spark":
-        outputs = run_spark(config, events)
+        outputs = run_spark(config, events, progress=progress)
     else:
         raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
     return write_outputs(outputs, out_dir, events.iso_times)

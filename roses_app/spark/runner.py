@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pyspark import Accumulator
+from pyspark import Accumulator, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -47,6 +47,7 @@ from roses_app.spark.layout import (
     save_generation,
 )
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
+from roses_app.spark.progress import RunProgress, running_tasks
 from roses_app.spark.registry import above_watermark
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL, last_archived_seq
@@ -406,12 +407,27 @@ def output_handler(engine: Engine, generation: Generation) -> BatchHandler:
 # -- control ---------------------------------------------------------------------------
 
 
-def await_all(queries: Sequence[RunningQuery]) -> None:
+def await_all(
+    queries: Sequence[RunningQuery],
+    progress: Callable[[str], None] | None = None,
+    total_events: int | None = None,
+    every: int = 1,
+) -> None:
+    """Wait until every query has ended (a finite run); with ``progress``, hand it a
+    line of what they have done every ``every`` seconds (see :mod:`.progress`)."""
+    counts = RunProgress(total_events)
+
+    def report(tasks: tuple[int, int]) -> None:
+        if progress is not None:
+            progress(counts.line({r.name: r.query.recentProgress for r in queries}, tasks))
+
     for running in queries:
-        running.query.awaitTermination()
+        while not running.query.awaitTermination(every):
+            report(running_tasks(SparkContext.getOrCreate()) if progress else (0, 0))
         exc = running.query.exception()
         if exc is not None:
             raise QueryError(f"query {running.name} failed: {exc}") from exc
+    report((0, 0))
 
 
 def stop_gracefully(queries: Sequence[RunningQuery], timeout: float = 60.0) -> None:

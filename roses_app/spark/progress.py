@@ -1,0 +1,92 @@
+"""Progress of finite runs (`roses once`, `roses replay`) for a person at a terminal.
+
+While the queries run, :func:`progress_line` sums what Spark reports (micro-batches
+done and rows read per query, the tasks of the stages running now) into one line,
+and :class:`TerminalProgress` rewrites it in place on a terminal.  Off a terminal
+(a log file, a pipe, systemd) nothing is written: logs stay logs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+
+@dataclass
+class QueryCount:
+    """What one query has done so far (batch ids already counted, rows read)."""
+
+    batches: set[int] = field(default_factory=set)
+    rows: int = 0
+
+    def update(self, progress: Sequence[Any]) -> None:
+        """Count the batches of Spark's recent progress reports not counted yet."""
+        for entry in progress:
+            if entry.batchId not in self.batches:
+                self.batches.add(entry.batchId)
+                self.rows += entry.numInputRows or 0
+
+
+@dataclass
+class RunProgress:
+    """The counts of every query of one run, and when it started."""
+
+    total_events: int | None = None
+    started: float = field(default_factory=time.monotonic)
+    queries: dict[str, QueryCount] = field(default_factory=dict)
+
+    def line(self, reports: Mapping[str, Sequence[Any]], tasks: tuple[int, int]) -> str:
+        """One line: per query its batches and rows, the running tasks, the time."""
+        parts = []
+        for name, progress in reports.items():
+            count = self.queries.setdefault(name, QueryCount())
+            count.update(progress)
+            read = f"{count.rows:,} rows"
+            if name == "stateless" and self.total_events:
+                share = min(100, 100 * count.rows // self.total_events)
+                read = f"{count.rows:,}/{self.total_events:,} events ({share}%)"
+            parts.append(f"{name}: {len(count.batches)} batch(es), {read}")
+        done, total = tasks
+        if total:
+            parts.append(f"tasks {done}/{total}")
+        parts.append(f"{time.monotonic() - self.started:.0f}s")
+        return " | ".join(parts)
+
+
+def running_tasks(spark_context: Any) -> tuple[int, int]:
+    """(completed, all) tasks of the stages running now (Spark's status tracker)."""
+    tracker = spark_context.statusTracker()
+    done = total = 0
+    for stage_id in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            done += info.numCompletedTasks
+            total += info.numTasks
+    return done, total
+
+
+class TerminalProgress:
+    """Writes progress lines over each other on a terminal; nothing elsewhere."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = self.stream.isatty()
+        self._width = 0
+
+    def __call__(self, line: str) -> None:
+        if not self.enabled:
+            return
+        padding = " " * max(0, self._width - len(line))
+        self._width = len(line)
+        self.stream.write(f"\r{line}{padding}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the line, so that what follows starts on a line of its own."""
+        if self.enabled and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
