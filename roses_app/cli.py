@@ -1,10 +1,11 @@
-"""The ``roses`` command: run, once, check, explain, replay."""
+"""The ``roses`` command: run, once, check, explain, replay, import, fetch."""
 
 from __future__ import annotations
 
 import argparse
 import errno
 import logging
+import os
 import signal
 import sys
 import threading
@@ -19,6 +20,11 @@ from roses_app.errors import ConfigError, RosesError
 log = logging.getLogger("roses")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+DESCRIPTION = (
+    "ROSES, a continuous query engine for RSS/Atom feeds and mail: describe sources and "
+    "streams in feeds.yaml, and ROSES publishes each stream as a feed."
+)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -27,7 +33,8 @@ def _setup_logging(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("py4j", "httpx", "httpcore", "apscheduler", "uvicorn.access"):
+    # (uvicorn's loggers are set up by roses_app.publish.httplog)
+    for noisy in ("py4j", "httpx", "httpcore", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -66,6 +73,29 @@ def _print_logical(config: Config, names: Sequence[str]) -> None:
         print(new)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from roses_app.config.loader import feed_url
+    from roses_app.config.opml import import_opml, sources_block
+
+    imported = import_opml(Path(args.opml), feed_url, shown=args.opml)
+    for line, why in imported.skipped:
+        print(f"{args.opml}:{line}: {why}; skipped", file=sys.stderr)
+    print(sources_block(imported), end="")
+    return EXIT_OK
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from roses_app.config.model import FetchSettings
+    from roses_app.connectors.preview import format_preview, preview
+
+    settings, base_dir = FetchSettings(), None
+    if args.config is not None:  # its fetch settings, and file: paths relative to it
+        config = _load(args.config)
+        settings, base_dir = config.settings.fetch, config.path.parent
+    print(format_preview(preview(args.url, settings, base_dir=base_dir)), end="")
+    return EXIT_OK
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     config = _load(args.config)
     names = args.streams or list(config.streams)
@@ -101,10 +131,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from roses_app.replay import replay
+    from roses_app.spark.progress import TerminalProgress
 
     config = _load(args.config)
     started = time.perf_counter()
-    written = replay(config, Path(args.events), Path(args.out), args.engine)
+    progress = TerminalProgress()
+    try:
+        written = replay(config, Path(args.events), Path(args.out), args.engine, progress)
+    finally:
+        progress.close()
     elapsed = time.perf_counter() - started
     print(
         f"replayed with {args.engine}: {len(written)} output file(s) in {args.out} ({elapsed:.1f}s)"
@@ -114,16 +149,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_once(args: argparse.Namespace) -> int:
     from roses_app.daemon import Daemon
+    from roses_app.spark.progress import TerminalProgress
 
     config = _load(args.config)
     daemon = Daemon(config)
+    progress = TerminalProgress()
     try:
-        summary = daemon.once(Path(args.export) if args.export else None)
+        summary = daemon.once(Path(args.export) if args.export else None, progress)
     finally:
+        progress.close()
         daemon.close()
     print(" ".join(f"{k}={v}" for k, v in summary.items()))
     failing = summary["failed_sources"] + summary["sources_in_backoff"]
     return EXIT_FAILED if failing and args.strict else EXIT_OK
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGINT (Ctrl-C) and SIGTERM (systemd, kill) ask the daemon to stop cleanly; a
+    second one ends the process at once (what was not committed is done again at
+    the next start, as after a crash)."""
+
+    def request_stop(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("received %s again: exiting now, without finishing the batch", name)
+            logging.shutdown()
+            os._exit(EXIT_FAILED)
+        log.info("received %s: stopping (send it again to exit at once)", name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -131,19 +187,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = _load(args.config)
     stop = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        log.info("received %s", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    stop_on_signals(stop)
     try:
         Daemon(config).run(stop)
-    except KeyboardInterrupt:
-        # Starting Spark replaces our SIGINT handler with pyspark's, which raises this;
-        # Daemon.run has shut everything down (its finally) before it reaches here.
-        log.info("interrupted: stopped")
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise
@@ -153,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="roses", description=__doc__)
+    parser = argparse.ArgumentParser(prog="roses", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -181,12 +227,35 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", required=True, help="output folder: STREAM.jsonl, STREAM/VALUE.jsonl")
     rep.add_argument("--engine", choices=("spark", "reference"), default="spark")
     rep.set_defaults(func=cmd_replay)
+    imp = sub.add_parser(
+        "import", help="print the feeds.yaml sources: block of a feed reader's OPML export"
+    )
+    imp.add_argument("opml", help="the OPML file (subscriptions exported by a feed reader)")
+    imp.set_defaults(func=cmd_import)
+    fetch = sub.add_parser("fetch", help="print the items ROSES makes of one feed (for filters)")
+    fetch.add_argument("url", help="an http(s) or file: URL, or a local path")
+    fetch.add_argument("-c", "--config", help="use the fetch settings of this feeds.yaml")
+    fetch.set_defaults(func=cmd_fetch)
     return parser
+
+
+def interrupt_quietly(_signum: int, _frame: object) -> None:
+    """Ctrl-C in once, replay, explain: end now.  Spark, torn down under a running
+    batch, has pages of traces to say about it that tell the user nothing: they are
+    silenced (the JVM's stderr and the log), then the command unwinds."""
+    session = sys.modules.get("roses_app.spark.session")  # loaded: a JVM may run
+    if session is not None:
+        session.silence_jvm()
+    logging.disable(logging.CRITICAL)
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
+    previous = None
+    if threading.current_thread() is threading.main_thread():  # run installs its own
+        previous = signal.signal(signal.SIGINT, interrupt_quietly)
     try:
         return int(args.func(args))
     except ConfigError as exc:
@@ -199,6 +268,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RosesError as exc:
         print(f"roses: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        # once, replay, explain: Ctrl-C ends them; nothing half-done is kept (the
+        # store applies whole micro-batches only), so a later run starts over cleanly
+        print("roses: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

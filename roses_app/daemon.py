@@ -14,27 +14,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roses_app.algebra.globalplan import is_stateless
+from roses_app.algebra.heartbeats import HeartbeatPlan, heartbeat_plan
 from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, Poller, StateStore
 from roses_app.connectors.mail import MailConnectors
+from roses_app.datalock import DataDirLock
+from roses_app.metrics import Metrics, Snapshot
 from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
 from roses_app.publish.server import HttpServer, create_app
+from roses_app.publish.websub import Hub
 from roses_app.spool import Spool
 from roses_app.store import Store
 
 log = logging.getLogger(__name__)
 
 MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
-HEARTBEAT_SECONDS = 30.0  # at least this long between heartbeats (no item arrived meanwhile)
-
-
-def needs_time(streams: list[Stream]) -> bool:
-    """True when some stream has an operator that time alone can make emit (windows,
-    joins, aggregates...): only then are heartbeats worth writing."""
-    return not all(is_stateless(stream.plan) for stream in streams)
+STOP_BATCH_SECONDS = 60.0  # on stop, how long a micro-batch in flight may take to finish
 
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
@@ -55,19 +52,14 @@ class Daemon:
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        data = config.settings.data_dir
-        data.mkdir(parents=True, exist_ok=True)
-        self.spool = Spool(data / "spool")
-        self.store = Store(data / "store.sqlite")
-        self.states = StateStore(data / "sources.sqlite")
-        self.poller = Poller(
-            self.states, config.settings.fetch, clock, self.ingest, base_dir=config.path.parent
-        )
-        self.scheduler = FeedScheduler(self.poller, config.sources, clock)
-        self.mail = MailConnectors(config.sources, data / "mail.sqlite", self.ingest, clock, data)
         self.queries: list[Any] = []
         self.errors: Any = None  # Spark accumulator: dropped items per step
         self.http: HttpServer | None = None
+        self.hub: Hub | None = None
+        self.metrics = Metrics(self.snapshot)
+        self.beats = heartbeat_plan(self.streams())
+        # query -> rows dropped behind the watermark, and the last batch counted
+        self._late: dict[str, tuple[int, int]] = {}
         self.started_at = clock()
         self.counters = {
             "items_spooled": 0,
@@ -75,6 +67,28 @@ class Daemon:
         }
         self._lock = threading.Lock()
         self._restarts: dict[str, tuple[float, float]] = {}  # query -> (delay, not before)
+        data = config.settings.data_dir
+        # first of all: a second process on this folder is refused before it touches it
+        self.folder_lock = DataDirLock(data)
+        self.folder_lock.acquire()
+        try:
+            self._open(config, data)
+        except BaseException:
+            self.folder_lock.release()
+            raise
+
+    def _open(self, config: Config, data: Path) -> None:
+        self.spool = Spool(data / "spool")
+        self.store = Store(data / "store.sqlite")
+        self.states = StateStore(data / "sources.sqlite")
+        self.poller = Poller(
+            self.states, config.settings.fetch, self.clock, self.ingest, base_dir=config.path.parent
+        )
+        on_poll = self.metrics.on_poll
+        self.scheduler = FeedScheduler(self.poller, config.sources, self.clock, on_result=on_poll)
+        self.mail = MailConnectors(
+            config.sources, data / "mail.sqlite", self.ingest, self.clock, data, on_result=on_poll
+        )
 
     # -- stage glue -----------------------------------------------------------------
     def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
@@ -82,6 +96,7 @@ class Daemon:
         if isinstance(self.config.sources.get(source), FeedSource):
             items = oldest_first(items)  # mail readers already hand them over oldest first
         events = self.spool.append(source, items)
+        self.metrics.on_ingest(source, len(items), len(events))
         with self._lock:
             self.counters["items_spooled"] += len(events)
         if events:
@@ -96,7 +111,8 @@ class Daemon:
         from roses_app.spark.session import build_session
 
         settings = self.config.settings
-        spark = build_session(settings.spark, settings.data_dir / "cache")
+        lock = () if self.folder_lock.fd is None else (self.folder_lock.fd,)
+        spark = build_session(settings.spark, settings.data_dir / "cache", keep_fds=lock)
         if self.errors is None:
             self.errors = error_counter(spark)
         engine = Engine(
@@ -109,21 +125,25 @@ class Daemon:
             trigger_seconds=settings.spark.trigger_seconds,
             errors=self.errors,
             lateness=settings.lateness,
+            on_batch=self.metrics.on_batch,
         )
         return start_queries(engine, self.streams())
 
     # -- modes ------------------------------------------------------------------------
-    def once(self, export_dir: Path | None = None) -> dict[str, int]:
-        """Poll every source once, process everything pending, export static feeds."""
-        from roses_app.spark.runner import await_all
+    def once(
+        self, export_dir: Path | None = None, progress: Callable[[str], None] | None = None
+    ) -> dict[str, int]:
+        """Poll every source once, process everything pending, export static feeds
+        (with ``progress``, a line of what the queries have done about every second)."""
+        from roses_app.spark.queries import await_all
 
         results = self.scheduler.poll_all_once() + self.mail.poll_all_once()
-        if needs_time(self.streams()):
+        if self.beats is not None:
             self.spool.heartbeat()  # close the windows that have ended by now
         failed = [r for r in results if r.status == "error"]
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
-        await_all(self.queries)
+        await_all(self.queries, progress)
         self.spool.compact()
         out = export_dir or self.config.settings.data_dir / "public"
         written = export_static(self.config, self.store, out)
@@ -138,24 +158,26 @@ class Daemon:
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
-        from roses_app.spark.runner import stop_gracefully
+        from roses_app.spark.queries import stop_gracefully
 
         http = self.config.settings.http
-        self.http = HttpServer(
-            create_app(self.config, self.store, self.health), http.host, http.port
+        self.hub = Hub(self.config, self.store, self.config.settings.data_dir / "websub.sqlite")
+        app = create_app(
+            self.config, self.store, self.health, hub=self.hub, metrics=self.metrics.exposition
         )
+        self.http = HttpServer(app, http.host, http.port)
         self.http.start()
-        log.info("serving feeds at %s/", self.http.url)
+        self.hub.start(self.http.url)
         try:
             self.queries = self.start_queries(once=False)
             self.scheduler.start()
             self.mail.start()
-            beating = needs_time(self.streams())
             compacted = time.monotonic()
             while not stop.wait(1.0):
                 self._check_queries()
-                if beating:
-                    self._heartbeat()
+                self._count_late()
+                if self.beats is not None:
+                    self._heartbeat(self.beats)
                 if time.monotonic() - compacted >= self.config.settings.compact_every_seconds:
                     compacted = time.monotonic()
                     merged = self.spool.compact()
@@ -165,7 +187,8 @@ class Daemon:
             log.info("stopping: finishing polls and the batch in flight")
             self.scheduler.shutdown(wait=True)
             self.mail.shutdown(wait=True)
-            stop_gracefully(self.queries)
+            stop_gracefully(self.queries, STOP_BATCH_SECONDS)
+            self.hub.stop()
             self.http.stop()
             self.close()
             log.info("stopped")
@@ -195,11 +218,38 @@ class Daemon:
             )
             running.query = running.restart()
 
-    def _heartbeat(self) -> None:
-        """Let time pass for the queries when no item has arrived for a while."""
-        every = max(HEARTBEAT_SECONDS, self.config.settings.spark.trigger_seconds)
-        if self.spool.next_ts() - self.spool.last_ts() >= every * 1_000_000:
+    def _heartbeat(self, beats: HeartbeatPlan) -> None:
+        """Let time pass for the queries while time can still change a result (see
+        :mod:`roses_app.algebra.heartbeats`)."""
+        lateness = self.config.settings.lateness
+        due = beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness)
+        if due is not None and self.spool.next_ts() >= due:
             self.spool.heartbeat()
+
+    def _count_late(self) -> None:
+        """Add up the rows each query's stateful operators dropped behind the watermark
+        (Spark reports them per micro-batch): one py4j call per query."""
+        for running in self.queries:
+            progress = running.query.lastProgress
+            if progress is None:
+                continue
+            dropped, counted = self._late.get(running.name, (0, -1))
+            if progress.batchId > counted:
+                late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
+                self._late[running.name] = (dropped + late, progress.batchId)
+
+    def snapshot(self) -> Snapshot:
+        """What ``/metrics`` reads at each scrape (see :mod:`roses_app.metrics`)."""
+        data = self.config.settings.data_dir
+        spool = [*self.spool.log_dir.glob("*.jsonl"), *self.spool.archive_dir.glob("*.jsonl")]
+        return Snapshot(
+            published=dict(self.store.published),
+            dropped=dict(self.errors.value) if self.errors is not None else {},
+            late={name: dropped for name, (dropped, _) in self._late.items()},
+            store_bytes=sum(map(_size, data.glob("store.sqlite*"))),
+            spool_bytes=sum(map(_size, spool)),
+            spool_files=len(spool),
+        )
 
     def health(self) -> dict[str, Any]:
         """Status for /healthz: a few py4j calls per query, not per stream."""
@@ -253,3 +303,12 @@ class Daemon:
         self.states.close()
         self.spool.close()
         self.store.close()
+        self.folder_lock.release()
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 if it went meanwhile (Spark archives, the spool compacts)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

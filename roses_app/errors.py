@@ -63,3 +63,7 @@ class JavaNotFoundError(RosesError, FileNotFoundError):
 
 class QueryError(RosesError, RuntimeError):
     """A stream's Spark query failed."""
+
+
+class DataDirInUseError(RosesError, OSError):
+    """Another ROSES process holds the data folder (its lock file)."""

@@ -155,7 +155,8 @@ def run_spark(
 ) -> Outputs:
     """Evaluate through the Spark engine: the same queries the daemon runs (with
     ``progress``, a line of what they have done about every second)."""
-    from roses_app.spark.runner import Engine, await_all, start_queries
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, start_queries
     from roses_app.spark.session import build_session
     from roses_app.spool import write_events
 

@@ -162,6 +162,9 @@ class Store:
         self._closed = False
         # batches and rows this process has applied (a replayed batch counts nothing)
         self.written = {"batches": 0, "rows": 0}
+        self.published: dict[str, int] = {}  # stream -> rows written by this process
+        # called after each committed write with the (stream, part) feeds it changed
+        self._listeners: list[Callable[[set[tuple[str, str]]], None]] = []
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
@@ -258,7 +261,7 @@ class Store:
             ).fetchone()
             if applied:
                 return False  # nothing was written: the commit is empty
-            self._upsert_all(conn, prepared, now)
+            changed = self._upsert_all(conn, prepared, now)
             conn.execute(
                 "INSERT INTO batches(query_id, batch_id, applied_at, rows) VALUES (?, ?, ?, ?)",
                 (query_id, int(batch_id), now, len(prepared)),
@@ -275,8 +278,29 @@ class Store:
                 )
             self.written["batches"] += 1  # under the write lock
             self.written["rows"] += len(prepared)
+            for row, _ in prepared:
+                self.published[row.stream] = self.published.get(row.stream, 0) + 1
         log.debug("%s batch %d: %d row(s)", query_id, batch_id, len(prepared))
+        if changed:
+            self._notify(changed)
         return True
+
+    def add_listener(self, listener: Callable[[set[tuple[str, str]]], None]) -> None:
+        """Call ``listener(feeds)`` after each committed write that changed feeds, on
+        the writer's thread (so it must be quick: e.g. hand the work to a queue)."""
+        with self._conns_lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Callable[[set[tuple[str, str]]], None]) -> None:
+        with self._conns_lock:
+            self._listeners = [f for f in self._listeners if f is not listener]
+
+    def _notify(self, changed: set[tuple[str, str]]) -> None:
+        for listener in self._listeners:  # a copy-on-write list: no lock needed to read
+            try:
+                listener(set(changed))
+            except Exception:  # a listener's bug must not fail the batch, now committed
+                log.exception("a store listener failed on %s", sorted(changed))
 
     def forget_query(self, query_id: str) -> None:
         """A query starts without a checkpoint: Spark numbers its batches from 0 again,
@@ -345,11 +369,12 @@ class Store:
     @staticmethod
     def _upsert_all(
         conn: sqlite3.Connection, prepared: list[tuple[OutRow, str]], now: float
-    ) -> None:
+    ) -> set[tuple[str, str]]:
         """Insert or update the rows, feed by feed; a feed's ``updated_at`` moves only
         when one of its items changed.  An older event of an item (an outer join's
         lonely row, decided after its enriched pair was published) never replaces a
-        newer one."""
+        newer one.  Returns the feeds that changed."""
+        changed: set[tuple[str, str]] = set()
         by_feed: dict[tuple[str, str], list[tuple[str, str, str, int, int, str, float, float]]] = {}
         for row, guid in prepared:
             entry = (row.stream, row.part, guid, row.ts, row.seq, row.item, now, now)
@@ -363,6 +388,8 @@ class Store:
                     " ON CONFLICT(stream, part) DO UPDATE SET updated_at = excluded.updated_at",
                     (stream, part, now, now),
                 )
+                changed.add((stream, part))
+        return changed
 
     # -- reading -------------------------------------------------------------------
 

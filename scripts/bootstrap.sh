@@ -2,6 +2,7 @@
 # Sourced by scripts/run and scripts/test: set up .venv, install ROSES, provide Java 17/21.
 #
 #   source scripts/bootstrap.sh && roses_bootstrap EXTRA...   (e.g. roses_bootstrap test jre)
+#   roses_ensure_test_packages   (scripts/test: the system packages the tests need)
 #
 # After roses_bootstrap: cwd is the repository root, ROSES_PY is the venv's python, and
 # JAVA_HOME / PYSPARK_PYTHON / PYSPARK_DRIVER_PYTHON are exported.
@@ -94,6 +95,40 @@ roses_ensure_java() {
     local exports
     exports="$("$ROSES_PY" -m roses_app.javaenv env)" || roses_die "no usable Java (see above)"
     eval "$exports"
+}
+
+# How the missing system packages the tests need (tests/system_packages.py lists them)
+# will be provided for this uid: "apt PACKAGE..." | "skip PACKAGE..." | "" (none missing).
+roses_test_packages_plan() {
+    local uid="$1" missing
+    missing="$("$ROSES_PY" "$ROSES_ROOT/tests/system_packages.py" --missing)" \
+        || roses_die "tests/system_packages.py --missing failed (see above)"
+    [ -n "$missing" ] || return 0
+    # shellcheck disable=SC2086  # one package a line becomes one a word
+    if [ "$uid" = 0 ] && command -v apt-get >/dev/null; then
+        echo apt $missing
+    else
+        echo skip $missing
+    fi
+}
+
+# As root, apt-get install what the tests need and is missing (as Java); otherwise say
+# which tests will be skipped and how to install what they need.
+roses_ensure_test_packages() {
+    local plan
+    plan="$(roses_test_packages_plan "$(id -u)")"
+    # shellcheck disable=SC2086  # a plan is words: the action, then the packages
+    set -- $plan
+    [ $# -gt 0 ] || return 0
+    local action="$1" sudo="sudo "
+    shift
+    if [ "$action" = apt ]; then
+        roses_apt_install "$@" && return 0
+        roses_say "apt-get install $* failed"
+    fi
+    roses_is_root && sudo=""
+    roses_say "the tests that need $* will be skipped (failed under CI);" \
+        "to run them: ${sudo}apt-get install $*"
 }
 
 # roses_bootstrap EXTRA...: the whole set-up; EXTRA are pyproject extras to install.

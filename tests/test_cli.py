@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import configparser
 import json
+import shlex
 import shutil
 import socket
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,7 +16,10 @@ from pathlib import Path
 import feedparser
 import pytest
 
-from roses_app.cli import main
+from roses_app.cli import build_parser, cmd_run, main
+from roses_app.config.durations import parse_duration
+from roses_app.daemon import STOP_BATCH_SECONDS
+from roses_app.spark.session import JVM_EXIT_SECONDS
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -281,3 +288,29 @@ streams:
         (tmp_path / "data" / "public" / "feeds" / "by-category.rss").read_bytes()
     )
     assert sorted(e.id for e in again.entries) == sorted(e.id for e in feed.entries)
+
+
+def test_help_is_plain_text() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "roses_app.cli", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    assert "continuous query engine for RSS/Atom feeds" in done.stdout
+    assert not any(mark in done.stdout for mark in ("``", ":func:", ":mod:", "**"))
+
+
+def test_the_systemd_unit_runs_the_daemon_and_stops_it_with_sigterm() -> None:
+    unit = configparser.ConfigParser(interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys keep their case
+    unit.read(REPO / "examples" / "roses.service", encoding="utf-8")
+    service = unit["Service"]
+    assert service["Type"] == "simple"
+    assert (service["Restart"], service["KillSignal"]) == ("on-failure", "SIGTERM")
+    # SIGTERM to roses alone: Spark's JVM, killed with it, would abandon the batch
+    assert service["KillMode"] == "mixed"
+    assert parse_duration(service["TimeoutStopSec"]) > STOP_BATCH_SECONDS + JVM_EXIT_SECONDS
+    argv = shlex.split(service["ExecStart"])
+    assert Path(argv[0]).name == "roses"
+    args = build_parser().parse_args(argv[1:])
+    assert (args.func, args.config) == (cmd_run, "/etc/roses/feeds.yaml")
+    assert unit["Install"]["WantedBy"] == "multi-user.target"

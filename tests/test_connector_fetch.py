@@ -20,6 +20,7 @@ from roses_app.connectors.fetch import (
     file_path_of,
     parse_retry_after,
 )
+from roses_app.connectors.limits import FetchTimeoutError
 from roses_app.errors import FetchError
 
 BODY = rss(("a", "First"), ("b", "Second"))
@@ -195,7 +196,7 @@ def test_slow_response_times_out(feed_server: FeedServer):
     feed_server.routes["/slow"] = Reply(200, BODY, delay=3.0)
     settings = FetchSettings(timeout_seconds=0.5)
     started = time.monotonic()
-    with Fetcher(settings) as fetcher, pytest.raises(FetchError, match="timed out"):
+    with Fetcher(settings) as fetcher, pytest.raises(FetchTimeoutError, match="timed out"):
         fetcher.fetch(feed_server.url("/slow"))
     assert time.monotonic() - started < 2.0
 
@@ -237,7 +238,7 @@ def test_body_at_the_cap_is_accepted(feed_server: FeedServer, fetcher: Fetcher):
 
 def test_corrupt_gzip_is_a_fetch_error(feed_server: FeedServer, fetcher: Fetcher):
     feed_server.routes["/bad"] = Reply(200, b"this is not gzip", {"Content-Encoding": "gzip"})
-    with pytest.raises(FetchError):
+    with pytest.raises(FetchError, match="gzip body is corrupt"):
         fetcher.fetch(feed_server.url("/bad"))
 
 

@@ -1,14 +1,19 @@
-"""The daemon's own logic: query restarts and heartbeats (no Spark needed)."""
+"""The daemon's own logic: query restarts, heartbeats, the data folder lock (no Spark)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from roses_app.algebra.plan import Filter, Source, Stream, TimeWindow, Window
+import pytest
+
 from roses_app.config import parse_config
-from roses_app.daemon import Daemon, needs_time
-from roses_app.spark.runner import RunningQuery
+from roses_app.daemon import Daemon
+from roses_app.errors import DataDirInUseError
+from roses_app.spark.queries import RunningQuery
 
 CONFIG = """
 settings: {data_dir: ./data}
@@ -48,18 +53,33 @@ def test_a_dead_query_is_started_again_from_its_own_closure(tmp_path: Path) -> N
     daemon.close()
 
 
-def test_heartbeats_only_when_time_matters_and_nothing_arrived(tmp_path: Path) -> None:
-    assert not needs_time([Stream("s", Filter(Source("a"), "true()"))])
-    assert needs_time([Stream("s", Window(Source("a"), TimeWindow(5)))])
+def test_heartbeats_only_while_time_can_change_a_result(tmp_path: Path) -> None:
+    """A heartbeat once the stream's interval has passed since the last event, none
+    once the last item is past every window (see roses_app.algebra.heartbeats); a
+    config of stateless streams needs none."""
+    stateless = CONFIG.replace(
+        'aggregate: {from: {window: {from: a, time: 1h, every: 1h}}, reduce: "<item/>"}',
+        "filter: {from: a, where: title}",
+    )
+    plain = Daemon(parse_config(stateless, tmp_path / "plain" / "feeds.yaml"))
+    assert plain.beats is None
+    plain.close()
     now = [1_000_000_000_000]
     daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
+    assert daemon.beats is not None
     daemon.spool._clock = lambda: now[0]
     daemon.spool.append("a", [("<item><title>x</title></item>", None)])
-    daemon._heartbeat()
+    daemon._heartbeat(daemon.beats)
     assert [e.item is None for e in daemon.spool.events()] == [False]  # an item just came
-    now[0] += 31_000_000
-    daemon._heartbeat()
+    now[0] += daemon.beats.interval
+    daemon._heartbeat(daemon.beats)
     assert [e.item is None for e in daemon.spool.events()] == [False, True]
+    # a long quiet spell: one heartbeat closes whatever was left, then none
+    now[0] += 100 * daemon.beats.interval + daemon.beats.horizon
+    for _ in range(3):
+        daemon._heartbeat(daemon.beats)
+        now[0] += daemon.beats.interval
+    assert [e.item is None for e in daemon.spool.events()] == [False, True, True]
     daemon.close()
 
 
@@ -96,3 +116,43 @@ def test_health_tells_running_from_published_per_stream(tmp_path: Path) -> None:
     daemon.queries = [running("stateless", {"plain"}, True)]
     assert not daemon.health()["ok"]  # the stateful query is not there yet
     daemon.close()
+
+
+def test_a_second_daemon_on_the_data_folder_is_refused_and_told_who_holds_it(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(CONFIG, tmp_path / "feeds.yaml")
+    first = Daemon(config)
+    with pytest.raises(DataDirInUseError) as refused:
+        Daemon(config)
+    message = str(refused.value)
+    assert f"data folder {tmp_path / 'data'} is in use by ROSES PID {os.getpid()}" in message
+    assert "stop it first" in message
+    first.close()
+    Daemon(config).close()  # released on close
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from roses_app.datalock import DataDirLock
+DataDirLock(Path(sys.argv[1])).acquire()
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_lock_dies_with_its_process_even_on_kill_9(tmp_path: Path) -> None:
+    config = parse_config(CONFIG, tmp_path / "feeds.yaml")
+    data = tmp_path / "data"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(data)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        with pytest.raises(DataDirInUseError, match=f"PID {holder.pid} "):
+            Daemon(config)
+    finally:
+        holder.kill()  # SIGKILL: no clean-up runs in the holder
+        holder.wait()
+    Daemon(config).close()

@@ -8,7 +8,6 @@ database, which we read back.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import sqlite3
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from lxml import etree
+from system_packages import require
 from test_connector_support import FeedServer, conditional, rss
 from test_mail_support import Mailbox, dovecot_fixture, dovecot_server_fixture, message
 
@@ -142,15 +142,14 @@ def setup(tmp_path: Path) -> Iterator[tuple[Site, Roses, Path]]:
 
 def newsboat_reload(home: Path, url: str) -> dict[str, str]:
     """Reload one subscription with newsboat; return its cache: guid -> title."""
-    if shutil.which("newsboat") is None:
-        pytest.fail("newsboat is missing: `apt-get install newsboat` (.ci/run does)")
+    newsboat = require("newsboat")
     home.mkdir(parents=True, exist_ok=True)
     (home / "urls").write_text(url + "\n")
     (home / "config").write_text("")
     cache = home / "cache.db"
     result = subprocess.run(
         [
-            "newsboat",
+            str(newsboat),
             "-x",
             "reload",
             "-u",
@@ -170,6 +169,7 @@ def newsboat_reload(home: Path, url: str) -> dict[str, str]:
     return dict(rows)
 
 
+@pytest.mark.requires("newsboat")
 def test_newsboat_subscribes_and_sees_new_items(setup: tuple[Site, Roses, Path]) -> None:
     site, roses, tmp = setup
     site.publish(("g1", "keep one"), ("g2", "drop two"), ("g3", "keep three"))
@@ -192,9 +192,30 @@ def test_newsboat_subscribes_and_sees_new_items(setup: tuple[Site, Roses, Path])
         "g3": "keep three",
         "g4": "keep four",
     }
+    scraped = scrape(roses.url("/metrics"))
+    assert scraped[("roses_items_spooled_total", (("source", "news"),))] == 5
+    assert scraped[("roses_items_published_total", (("stream", "picked"),))] >= 3
+    polls = [v for (name, labels), v in scraped.items() if name == "roses_polls_total"]
+    assert sum(polls) >= 2
+    assert scraped[("roses_batch_seconds_count", (("query", "stateless"),))] >= 2
+    assert scraped[("roses_spool_files", ())] >= 1
     assert roses.stop() == 0
 
 
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET a Prometheus endpoint: (sample name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = httpx.get(url, timeout=10)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+@pytest.mark.requires("newsboat")
 def test_restart_loses_and_repeats_nothing(setup: tuple[Site, Roses, Path]) -> None:
     site, roses, tmp = setup
     site.publish(("g1", "keep one"))
@@ -247,6 +268,7 @@ streams:
 """
 
 
+@pytest.mark.requires("newsboat")
 def test_newsboat_reads_a_filtered_mailbox(
     dovecot: Mailbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -88,7 +88,8 @@ def _write(folder: Path, name: str, events: list[RefInput]) -> None:
 def _run(
     spark: Any, work: Path, streams: list[Stream], sink: MemorySink, **options: Any
 ) -> list[Any]:
-    from roses_app.spark.runner import Engine, await_all, start_queries
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, start_queries
 
     engine = Engine(spark, (), work / "log", work, sink, once=True, **options)
     running = start_queries(engine, streams)
@@ -226,7 +227,8 @@ def test_deleting_the_checkpoints_recomputes_everything(tmp_path: Path, spark: A
     them for batches it has already applied."""
     import shutil
 
-    from roses_app.spark.runner import Engine, await_all, start_queries
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, start_queries
     from roses_app.store import Store
 
     events = _events(12)

@@ -12,7 +12,8 @@ too, and it owns the folder); otherwise it runs as the current user.
 Mail is delivered by writing files into the Maildir (as an MTA does) or by IMAP
 APPEND.  Test modules import the fixtures by their function names
 (``dovecot_fixture``...) and use them by their fixture names (``dovecot``...).  The
-fixtures fail when Dovecot is not installed (.ci/run installs it).
+fixtures skip their tests when Dovecot is not installed, with the command that installs
+it, and fail them under CI (``system_packages.require``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from system_packages import require
 
 PASSWORD = "s3cret-Pa55word-never-logged"  # a test server's password
-DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
 
 _CONF = """\
 protocols = imap
@@ -94,8 +95,9 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, step: float =
 class Dovecot:
     """One Dovecot instance; each test gets its own user and Maildir (:meth:`mailbox`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, program: Path) -> None:
         self.root = root
+        self.program = program
         self.port = free_port()
         root_user = os.geteuid() == 0
         entry = pwd.getpwnam("dovecot") if root_user else pwd.getpwuid(os.geteuid())
@@ -140,7 +142,7 @@ class Dovecot:
         if os.geteuid() == 0:
             kwargs = {"user": self.uid, "group": self.gid, "extra_groups": []}
         self.process = subprocess.Popen(  # type: ignore[call-overload]
-            [DOVECOT, "-F", "-c", str(self.conf)],
+            [str(self.program), "-F", "-c", str(self.conf)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so that stop() ends it all
@@ -255,11 +257,10 @@ class Mailbox:
 
 @contextlib.contextmanager
 def running_dovecot() -> Iterator[Dovecot]:
-    if not os.path.exists(DOVECOT):
-        pytest.fail("dovecot is not installed: apt-get install dovecot-imapd (.ci/run does)")
+    program = require("dovecot")
     root = Path(tempfile.mkdtemp(prefix="roses-dovecot-"))
     os.chmod(root, 0o755)
-    server = Dovecot(root)
+    server = Dovecot(root, program)
     try:
         server.start()
         yield server

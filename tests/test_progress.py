@@ -72,3 +72,57 @@ def test_replay_reports_every_event_read(tmp_path: Path, spark: Any) -> None:
     assert len(outputs["rain"][""]) == 30
     assert shown and shown[-1].startswith("stateless: ")
     assert "30/30 events (100%)" in shown[-1]
+
+
+class FlakyQuery:
+    """A query that fails with ``error`` the first ``failures`` times it is awaited."""
+
+    def __init__(self, error: str, failures: int) -> None:
+        self.error, self.failures = error, failures
+        self.recentProgress: list[Any] = []
+
+    def awaitTermination(self, timeout: int) -> bool:
+        from pyspark.errors import StreamingQueryException
+
+        if self.failures:
+            self.failures -= 1
+            raise StreamingQueryException(message=self.error)
+        return True
+
+    def exception(self) -> None:
+        return None
+
+
+def _running(error: str, failures: int) -> Any:
+    from roses_app.spark.queries import RunningQuery
+
+    query = FlakyQuery(error, failures)
+    restarts: list[int] = []
+
+    def restart() -> Any:
+        restarts.append(1)
+        return query
+
+    return RunningQuery("stateless", frozenset(), query, restart), restarts  # type: ignore[arg-type]
+
+
+def test_a_worker_that_did_not_connect_back_in_time_is_started_again() -> None:
+    from roses_app.spark.queries import WORKER_TIMEOUT, await_all
+
+    running, restarts = _running(f"[PYTHON_WORKER] {WORKER_TIMEOUT} in 10000 ms", 2)
+    await_all([running])
+    assert len(restarts) == 2
+
+
+def test_other_failures_and_endless_timeouts_are_reported() -> None:
+    from roses_app.errors import QueryError
+    from roses_app.spark.queries import WORKER_TIMEOUT, await_all
+
+    running, restarts = _running("division by zero", 1)
+    with pytest.raises(QueryError, match=r"query stateless failed: .*division by zero"):
+        await_all([running])
+    assert restarts == []
+    running, restarts = _running(WORKER_TIMEOUT, 99)
+    with pytest.raises(QueryError, match=WORKER_TIMEOUT):
+        await_all([running])
+    assert len(restarts) == 3

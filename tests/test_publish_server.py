@@ -279,7 +279,7 @@ def test_opml_served(env: Env) -> None:
     root = etree.fromstring(resp.content)
     assert root.get("version") == "2.0"
     texts = [o.get("text") for o in root.findall("body/outline")]
-    assert texts == ["News", EVIL]  # split stream without parts yet: no folder
+    assert texts == ["News", "evil"]  # no text in EVIL: the stream's name; no folder yet
     assert env.get("/feeds.opml", **{"If-None-Match": resp.headers["etag"]}).status_code == 304
 
 
@@ -287,8 +287,8 @@ def test_index_escapes(env: Env) -> None:
     resp = env.get("/")
     assert resp.status_code == 200
     assert resp.headers["content-type"] == "text/html; charset=utf-8"
-    assert EVIL not in resp.text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in resp.text
+    assert EVIL not in resp.text and "alert(1)" not in resp.text
+    assert "<h2>evil</h2>" in resp.text
     assert "/feeds/news.rss" in resp.text and "/feeds.opml" in resp.text
     assert "hidden" not in resp.text
 
@@ -297,7 +297,7 @@ def test_unknown_feed_404(env: Env) -> None:
     for path in (
         "/feeds/nope.rss",
         "/feeds/hidden.rss",
-        "/feeds/news.json",
+        "/feeds/news.xml",
         "/feeds/topics.rss",
         "/feeds/news/x.rss",
         "/feeds/",
@@ -357,3 +357,91 @@ def test_stop_is_graceful() -> None:
     thread.join(5)
     assert results and results[0].status_code == 200 and results[0].text == "done"
     assert not server.running
+
+
+def test_links_never_come_from_the_host_header(env: Env) -> None:
+    """With base_url unset, links use the configured host and the bound port, whatever
+    the request's Host says."""
+    env.write(rows("news", range(2)))
+    env.write(rows("topics", range(1), part="sport"))
+    base = env.server.url  # http://127.0.0.1:PORT
+    evil = {"Host": "evil.example", "X-Forwarded-Host": "evil.example"}
+    for path in ("/", "/feeds.opml", "/feeds/news.rss", "/feeds/news.atom", "/nope"):
+        honest = env.get(path)
+        forged = env.get(path, **evil)
+        assert b"evil.example" not in forged.content, path
+        assert forged.content == honest.content, path
+        assert forged.headers.get("etag") == honest.headers.get("etag"), path
+    rss = etree.fromstring(env.get("/feeds/news.rss", **evil).content)
+    self_link = rss.find("channel/{http://www.w3.org/2005/Atom}link")
+    assert self_link is not None and self_link.get("href") == f"{base}/feeds/news.rss"
+    assert rss.findtext("channel/link") == f"{base}/feeds/news.html"
+    opml = etree.fromstring(env.get("/feeds.opml", **evil).content)
+    urls = [o.get("xmlUrl") for o in opml.iter("outline") if o.get("xmlUrl")]
+    assert urls == [f"{base}/feeds/{n}.rss" for n in ("news", "topics/sport", "evil")]
+    assert f'href="{base}/feeds/news.atom"' in env.get("/", **evil).text
+
+
+def test_base_url_is_used_when_set(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    config = Config(
+        path=config.path,
+        settings=Settings(
+            data_dir=tmp_path, http=HttpSettings("127.0.0.1", 0, "https://feeds.example.org/r/")
+        ),
+        sources=config.sources,
+        streams=config.streams,
+    )
+    store = Store(tmp_path / "s.sqlite")
+    try:
+        with HttpServer(create_app(config, store, lambda: {"ok": True}), "127.0.0.1", 0) as srv:
+            opml = httpx.get(f"{srv.url}/feeds.opml", headers={"Host": "evil.example"}).content
+        urls = [o.get("xmlUrl") for o in etree.fromstring(opml).iter("outline")]
+        assert "https://feeds.example.org/r/feeds/news.rss" in urls
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "local", "expected"),
+    [
+        ("127.0.0.1", ("127.0.0.1", 8123), "http://127.0.0.1:8123"),
+        ("localhost", ("127.0.0.1", 8123), "http://localhost:8123"),
+        ("0.0.0.0", ("192.0.2.7", 8080), "http://192.0.2.7:8080"),  # where it came in
+        ("::", ("2001:db8::1", 8080), "http://[2001:db8::1]:8080"),
+        ("::1", ("::1", 8080), "http://[::1]:8080"),
+    ],
+)
+def test_server_base(tmp_path: Path, host: str, local: tuple[str, int], expected: str) -> None:
+    from starlette.requests import Request
+
+    from roses_app.publish.server import server_base
+
+    config = Config(
+        path=tmp_path / "feeds.yaml",
+        settings=Settings(data_dir=tmp_path, http=HttpSettings(host, 0)),
+        sources={},
+        streams={},
+    )
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/",
+        "headers": [(b"host", b"evil.example")],
+        "server": local,
+    }
+    assert server_base(config, Request(scope)) == expected
+
+
+def test_gzip_refused_with_q_zero(env: Env) -> None:
+    env.write(rows("news", range(3)))
+    for refusal in ("gzip;q=0", "identity", "br", "gzip;q=0, identity"):
+        with httpx.stream(
+            "GET", f"{env.server.url}/feeds/news.rss", headers={"Accept-Encoding": refusal}
+        ) as resp:
+            raw = b"".join(resp.iter_raw())
+        assert "content-encoding" not in resp.headers, refusal
+        assert feedparser.parse(raw).feed.title == "News", refusal
+    for accepted in ("gzip", "deflate, gzip;q=0.5", "*", "GZIP"):
+        resp = env.get("/feeds/news.rss", **{"Accept-Encoding": accepted})
+        assert resp.headers.get("content-encoding") == "gzip", accepted

@@ -150,7 +150,8 @@ def test_reduce_groups_reports_a_failing_group_and_keeps_the_others() -> None:
 def test_a_failing_reducer_is_counted_for_its_step(spark: object) -> None:
     from roses_app.items import Event
     from roses_app.replay import MemorySink
-    from roses_app.spark.runner import Engine, await_all, error_counter, start_queries
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, error_counter, start_queries
     from roses_app.spool import write_events
 
     origin = Origin(stream="counted", step="counted/aggregate")

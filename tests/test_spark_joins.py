@@ -156,7 +156,8 @@ def _chunk(start: int, first_seq: int) -> list[RefInput]:
 def test_join_state_is_dropped_once_the_watermark_passes(tmp_path: Path, spark: object) -> None:
     from roses_app.items import Event
     from roses_app.replay import MemorySink
-    from roses_app.spark.runner import Engine, await_all, start_queries
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, start_queries
 
     (tmp_path / "feeds.yaml").write_text(BOUNDED.format(data=tmp_path / "data"))
     config = load_config(tmp_path / "feeds.yaml")

@@ -81,7 +81,7 @@ def test_tag_topics_adds_categories_from_keywords() -> None:
     volcano, football, plain, none = (None if x is None else element(x) for x in out)
     assert volcano is not None and football is not None and plain is not None
     assert [c.text for c in volcano.findall("category")] == ["iceland", "science", "volcano"]
-    assert volcano.findall("category")[1].get("domain") == "roses:topics"
+    assert volcano.findall("category")[1].get("domain") == "urn:x-roses:topics"
     assert volcano.findtext("title") == "Volcano erupts near Grindavik"  # kept
     assert [c.text for c in football.findall("category")] == ["football"]
     assert plain.findall("category") == []
@@ -98,9 +98,10 @@ def test_related_merges_two_items() -> None:
     out = combine_batch(shipped("related.xq"), (), [(VOLCANO, FOOTBALL), (FOOTBALL, None)])
     merged = element(out[0])
     assert merged.findtext("guid") == "g1"
-    assert merged.findtext("related-data/title") == "Football: World Cup final"
-    assert merged.findtext("related-data/link") == "https://a.example/2"
-    assert element(out[1]).find("related-data") is None  # outer join: no $i2
+    related = "{urn:x-roses}related"
+    assert merged.findtext(f"{related}/title") == "Football: World Cup final"
+    assert merged.findtext(f"{related}/link") == "https://a.example/2"
+    assert element(out[1]).find(related) is None  # outer join: no $i2
     assert combine_batch(shipped("related.xq"), (), [(None, VOLCANO)]) == [None]
 
 

@@ -2,9 +2,9 @@ xquery version "3.1";
 (:~
  : tag-topics.xq: a map mutator ($i is the item).
  :
- : Adds one <category domain="roses:topics"> per topic whose keywords appear in the
+ : Adds one <category domain="urn:x-roses:topics"> per topic whose keywords appear in the
  : item's title or description: the seed's "add a translated title" mutator, done
- : offline.  Everything the item had is kept; a topic it already has is not repeated.
+ : offline.  The domain is a URI (Atom publishes it as the category's scheme).  Everything the item had is kept; a topic it already has is not repeated.
  : A word matches at the start of a word ("vote" matches "voters", not "devoted").
  :)
 declare variable $i as element(item) external;
@@ -33,6 +33,6 @@ let $new :=
   where not($topic = $have)
     and (some $word in $topics($topic) satisfies contains($text, " " || $word))
   order by $topic
-  return <category domain="roses:topics">{ $topic }</category>
+  return <category domain="urn:x-roses:topics">{ $topic }</category>
 return
   <item>{ $i/@*, $i/node(), $new }</item>

@@ -176,16 +176,26 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _lines(node: Node, indent: str, sharing: Sharing, above: frozenset[str]) -> Iterator[str]:
+AGAIN = "  (the same sub-plan as above)"
+
+
+def _lines(
+    node: Node, indent: str, sharing: Sharing, above: frozenset[str], seen: set[int]
+) -> Iterator[str]:
     where = f"  [{node.origin.file}:{node.origin.line}]" if node.origin.line else ""
+    if id(node) in seen and node.children():
+        # printed already: a plan is a DAG, written out as a tree it may double per level
+        yield f"{indent}{describe(node)}{where}{AGAIN}"
+        return
+    seen.add(id(node))
     yield f"{indent}{describe(node)}{where}{sharing.note(node, above)}"
     streams = sharing.streams.get(node, frozenset())
     for child in node.children():
-        yield from _lines(child, indent + "  ", sharing, streams)
+        yield from _lines(child, indent + "  ", sharing, streams, seen)
 
 
 def format_plan(node: Node, indent: str = "", *, sharing: Sharing | None = None) -> str:
     """The plan as an indented tree, each node with the feeds.yaml line it came from;
     the sub-plans several streams share (``sharing``, see :meth:`Sharing.of`) are
-    marked."""
-    return "\n".join(_lines(node, indent, sharing or Sharing({}), frozenset()))
+    marked.  A sub-plan met again (a stream used twice) is one line the second time."""
+    return "\n".join(_lines(node, indent, sharing or Sharing({}), frozenset(), set()))

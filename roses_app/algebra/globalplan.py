@@ -14,7 +14,8 @@ it:
 
 Node ids are fingerprints of what a node computes: the same node gets the same id in
 every run and every config, so data keyed by them (the frontier log) survives edits
-of other streams.
+of other streams.  Every walk here visits each node once, however many paths lead to
+it (a plan of a few lines may have 2^N paths).
 """
 
 from __future__ import annotations
@@ -29,20 +30,67 @@ STATELESS_TYPES = (Source, Filter, Map, Union, Split)
 Namespaces = tuple[tuple[str, str], ...]
 
 
+# A plan whose text (its repr, which spells every path out) would hold more nodes than
+# this is fingerprinted by its Merkle digest instead; smaller ones keep the ids of
+# their text, which existing data folders hold (store versions, frontier keys).
+REPR_NODES = 1_000
+
+
 def fingerprint(value: object) -> str:
     """16 hex digits that change exactly when ``repr(value)`` does (origins are not
-    part of a node's repr)."""
+    part of a node's repr).  For plans, :func:`node_fingerprint`."""
     return hashlib.sha256(repr(value).encode("utf-8")).hexdigest()[:16]
+
+
+def node_fingerprint(node: Node) -> str:
+    """16 hex digits that change exactly when what ``node`` computes does: the
+    fingerprint of its text, or of its digest when its text would be too long."""
+    if node.tree_size <= REPR_NODES:
+        return fingerprint(node)
+    return hashlib.sha256(b"plan:" + node.digest).hexdigest()[:16]
 
 
 def stream_fingerprint(stream: Stream, namespaces: Namespaces) -> str:
     """Changes exactly when the stream's semantics change."""
-    return fingerprint((stream.plan, sorted(namespaces)))
+    plan = stream.plan
+    if plan.tree_size <= REPR_NODES:
+        return fingerprint((plan, sorted(namespaces)))
+    return fingerprint(("plan", plan.digest.hex(), sorted(namespaces)))
+
+
+def _stateless(node: Node, memo: dict[Node, bool]) -> bool:
+    found = memo.get(node)
+    if found is None:
+        found = isinstance(node, STATELESS_TYPES) and all(
+            _stateless(child, memo) for child in node.children()
+        )
+        memo[node] = found
+    return found
 
 
 def is_stateless(node: Node) -> bool:
     """True when ``node`` and everything below it is stateless."""
-    return all(isinstance(n, STATELESS_TYPES) for n in node.walk())
+    return _stateless(node, {})
+
+
+def stateful_copies(plan: Node, memo: dict[Node, int] | None = None) -> int:
+    """The operators a stateful query runs for ``plan``: every node above its frontier
+    once per path to it, since Spark shares no sub-plan between the branches of one
+    query (the frontier is computed once, by the fused stage).  0 for a stateless plan.
+    ``memo`` may be shared between the plans of one config."""
+    memo = {} if memo is None else memo
+    stateless: dict[Node, bool] = {}
+
+    def copies(node: Node) -> int:
+        found = memo.get(node)
+        if found is None:
+            found = 0
+            if not _stateless(node, stateless):
+                found = 1 + sum(copies(child) for child in node.children())
+            memo[node] = found
+        return found
+
+    return copies(plan)
 
 
 @dataclass(frozen=True)
@@ -82,7 +130,7 @@ class GlobalPlan:
                 return
             for child in node.children():
                 visit(child, stream)
-            ids[node] = "n" + fingerprint(node)
+            ids[node] = "n" + node_fingerprint(node)
             users[node] = {stream}
             stateless[node] = isinstance(node, STATELESS_TYPES) and all(
                 stateless[c] for c in node.children()
@@ -126,12 +174,21 @@ class GlobalPlan:
 
 
 def frontier_of(plan: Node) -> Iterator[Node]:
-    """The maximal stateless sub-plans below the stateful nodes of ``plan`` (none
-    when ``plan`` is stateless itself: the fused stage computes all of it)."""
-    if is_stateless(plan):
+    """The maximal stateless sub-plans below the stateful nodes of ``plan``, each once
+    (none when ``plan`` is stateless itself: the fused stage computes all of it)."""
+    stateless: dict[Node, bool] = {}
+    if _stateless(plan, stateless):
         return
-    for child in plan.children():
-        if is_stateless(child):
-            yield child
-        else:
-            yield from frontier_of(child)
+    seen: set[Node] = set()
+
+    def below(node: Node) -> Iterator[Node]:
+        for child in node.children():
+            if child in seen:
+                continue
+            seen.add(child)
+            if _stateless(child, stateless):
+                yield child
+            else:
+                yield from below(child)
+
+    yield from below(plan)

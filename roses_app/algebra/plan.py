@@ -2,13 +2,27 @@
 
 Every node records where it came from (feeds.yaml file:line, stream, step id) so
 that errors found while compiling or running point back at the user's text.
+
+Plans are DAGs: a stream used by several others is one node object in all of them,
+so a plan of a few lines may have 2^N paths.  Nothing may walk it as a tree: a
+node's hash and equality come from its :attr:`Node.digest`, computed once per node
+from its inputs' digests, and every walk keeps what it did per node.  Node classes
+are ``@dataclass(frozen=True, eq=False)`` so that they keep :class:`Node`'s equality
+and hash instead of the dataclass ones, which recurse through every path.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any
+
+# Attributes a node computes once and keeps (never pickled: recomputed on use).
+_CACHED = ("digest", "_hash", "tree_size")
 
 
 @dataclass(frozen=True)
@@ -24,11 +38,65 @@ class Origin:
         return f"{self.file}:{self.line} (stream {self.stream!r}, step {self.step})"
 
 
-@dataclass(frozen=True)
+def _encode(value: object) -> bytes:
+    """An unambiguous byte form of a field value for :attr:`Node.digest`: a node by its
+    digest, a tuple or dataclass (an XQuery, a window spec) by its compared parts,
+    anything else (str, int, None) by its repr."""
+    if isinstance(value, Node):
+        body = value.digest
+    elif isinstance(value, tuple):
+        body = b"".join(_encode(v) for v in value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        parts = [type(value).__name__.encode()]
+        parts += [_encode(getattr(value, f.name)) for f in fields(value) if f.compare]
+        body = b"".join(parts)
+    else:
+        body = repr(value).encode("utf-8")
+    kind = b"N" if isinstance(value, Node) else b"T" if isinstance(value, tuple) else b"V"
+    return kind + len(body).to_bytes(8, "big") + body
+
+
+@dataclass(frozen=True, eq=False)
 class Node:
     """Base of all plan nodes; ``origin`` never takes part in equality."""
 
     origin: Origin = field(default=Origin(), compare=False, repr=False, kw_only=True)
+
+    @cached_property
+    def digest(self) -> bytes:
+        """SHA-256 of what the node computes: its type, its compared fields and its
+        inputs' digests (a Merkle hash), computed once per node.  Two nodes are
+        equal when their digests are: the dataclass equality of their fields, short
+        of a SHA-256 collision, in constant time however shared their inputs are."""
+        h = hashlib.sha256(type(self).__name__.encode())
+        for f in fields(self):
+            if f.compare:
+                h.update(_encode(getattr(self, f.name)))
+        return h.digest()
+
+    @cached_property
+    def _hash(self) -> int:
+        return int.from_bytes(self.digest[:8], "big", signed=True)
+
+    @cached_property
+    def tree_size(self) -> int:
+        """How many nodes the plan would have as a tree (shared inputs counted once
+        per path): what a walk that forgets what it did would visit."""
+        return 1 + sum(child.tree_size for child in self.children())
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Node):
+            return NotImplemented
+        return self._hash == other._hash and self.digest == other.digest
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the cached digest would outlive a change of its encoding in a pickle
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHED}
 
     def children(self) -> tuple[Node, ...]:
         """The inputs: the fields holding a node or a tuple of nodes, in field order."""
@@ -42,9 +110,31 @@ class Node:
         return tuple(out)
 
     def walk(self) -> Iterator[Node]:
-        yield self
-        for child in self.children():
-            yield from child.walk()
+        """Every node object of the plan once, depth first, where a tree walk would
+        first reach it (a node reached by several paths is not visited again)."""
+        seen: set[int] = set()
+        stack: list[Node] = [self]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            yield node
+            stack.extend(reversed(node.children()))
+
+    def outermost(self, marked: AbstractSet[Node]) -> Iterator[Node]:
+        """The ``marked`` sub-plans of this plan that are inside no larger marked one
+        (this node itself if marked), each node object visited once."""
+        seen: set[int] = set()
+        todo: list[Node] = [self]
+        while todo:
+            node = todo.pop()
+            if id(node) not in seen:
+                seen.add(id(node))
+                if node in marked:
+                    yield node
+                else:
+                    todo.extend(node.children())
 
     def map_inputs(self, fn: Callable[[Node], Node]) -> Node:
         """This node with ``fn`` applied to each input (its origin kept); the node
@@ -65,14 +155,14 @@ class Node:
         return replace(self, **changes) if changes else self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Source(Node):
     """The events of one configured source (feed or mailbox)."""
 
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Filter(Node):
     """σ_pred: keep the items for which the XPath observer is true."""
 
@@ -99,7 +189,7 @@ class XQuery:
         return self.file or "inline XQuery"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Map(Node):
     """μ_map: replace each item by the result of an item function; λ (empty) drops it.
 
@@ -116,14 +206,14 @@ class Map(Node):
             raise ValueError("Map needs exactly one of xpath or xquery")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Union(Node):
     """∪: every event of every input, ordered by timestamp."""
 
     inputs: tuple[Node, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Split(Node):
     """Ψ_split: route each item to the named output its XPath returns.
 
@@ -168,7 +258,7 @@ class CountWindow:
 WindowSpec = TimeWindow | CountWindow
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Window(Node):
     """The physical Window: at each timestamp t of the input, every event of ω(input, t),
     stamped t (its own seq kept).  As the input of a join, semijoin or diff it is the
@@ -181,7 +271,7 @@ class Window(Node):
 JOIN_KINDS = ("inner", "left", "full", "product")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Join(Node):
     """⋈ (and ×): the rewrite Union(Join(Window(f1), WindowCall(f2)), Join(Window(f2),
     WindowCall(f1))) [∪ Diff for outer kinds], in its event form: each event meets the
@@ -200,7 +290,7 @@ class Join(Node):
             raise ValueError(f"unknown join kind {self.kind!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Semijoin(Node):
     """Semijoin_P(f, WindowCall(right)): the left events with a partner in the right
     side's window at their time."""
@@ -210,7 +300,7 @@ class Semijoin(Node):
     on: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Diff(Node):
     """Diff_P(f, WindowCall(right)): the left events with no partner in the right side's
     window at their time."""
@@ -220,7 +310,7 @@ class Diff(Node):
     on: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Delta(Node):
     """δ⁺ (``insert``): at each input timestamp, the items not there at the previous
     one; δ⁻ (``delete``): the items of the previous timestamp that are gone."""
@@ -233,7 +323,7 @@ class Delta(Node):
             raise ValueError(f"unknown delta kind {self.kind!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Aggregate(Node):
     """α_aggr: one item per time (``$items``: the input's items at that time).  Over a
     periodic time window: one item per window, when it closes."""
@@ -244,7 +334,7 @@ class Aggregate(Node):
     stream: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GroupBy(Node):
     """γ_group: like α, one item per time (or window) and key (the XPath ``by``)."""
 
@@ -254,7 +344,7 @@ class GroupBy(Node):
     stream: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class WindowedGrouping(Node):
     """FlameStream's windowed grouping: for each event, the reducer over the last
     ``size`` items of its key's bucket (itself last), at the event's time."""
@@ -265,14 +355,14 @@ class WindowedGrouping(Node):
     reduce: XQuery
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Nest(Node):
     """Nest: one item per input timestamp holding that timestamp's items, in order."""
 
     input: Node
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Unnest(Node):
     """Unnest: each ``item`` element nested in an input item becomes an event."""
 

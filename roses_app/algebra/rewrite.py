@@ -63,7 +63,7 @@ module loads neither lxml nor pyspark.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from roses_app.algebra.plan import (
@@ -301,13 +301,19 @@ def apply_rule(rule: Rule, node: Node, env: Env, *, read_as_window: bool = False
 class _Run:
     """One rewriting: the rules, what they may consult, the names of those applied, the
     ``frozen`` sub-plans (shared with other streams, rewritten): left as they are, and
-    no rule may take one apart; and the ``kept`` ones, the same as written."""
+    no rule may take one apart; and the ``kept`` ones, the same as written.
+
+    ``done`` keeps the result of every node object rewritten (with how it is read), so
+    a sub-plan reached by many paths is rewritten once and stays one object: the
+    result is a DAG like its input (the key holds the node, so its id is not reused).
+    """
 
     rules: Sequence[Rule]
     env: Env
     applied: list[str] = field(default_factory=list)
     frozen: frozenset[Node] = frozenset()
     kept: frozenset[Node] = frozenset()  # shared sub-plans as written: read as windows
+    done: dict[tuple[int, bool], tuple[Node, Node]] = field(default_factory=dict)
 
     def first_rule(self, node: Node, read_as_window: bool) -> Node | None:
         for rule in self.rules:
@@ -317,18 +323,11 @@ class _Run:
                 return after
         return None
 
-    def frozen_in(self, node: Node) -> Iterator[Node]:
-        if node in self.frozen:
-            yield node
-            return
-        for child in node.children():
-            yield from self.frozen_in(child)
-
     def keeps_frozen(self, before: Node, after: Node) -> bool:
         if not self.frozen:
             return True
         kept = set(after.walk())
-        return all(node in kept for node in self.frozen_in(before))
+        return all(node in kept for node in before.outermost(self.frozen))
 
     def children(self, node: Node) -> Node:
         reads = isinstance(node, WINDOW_READERS)
@@ -341,6 +340,15 @@ class _Run:
 
     def fixpoint(self, node: Node, read_as_window: bool) -> Node:
         """Children first, then the first rule that applies here, until none does."""
+        found = self.done.get((id(node), read_as_window))
+        if found is None:
+            found = (node, self._fixpoint(node, read_as_window))
+            self.done[(id(node), read_as_window)] = found
+            # a result is its own fixpoint: met again (a rule rebuilt its parent), it stays
+            self.done.setdefault((id(found[1]), read_as_window), (found[1], found[1]))
+        return found[1]
+
+    def _fixpoint(self, node: Node, read_as_window: bool) -> Node:
         read_as_window = read_as_window or node in self.kept
         for _ in range(MAX_STEPS):
             if node in self.frozen:
@@ -381,14 +389,6 @@ def _in_several(plans: Sequence[Node]) -> set[Node]:
     return {node for node, count in seen.items() if count > 1}
 
 
-def _outermost(node: Node, shared: set[Node]) -> Iterator[Node]:
-    if node in shared:
-        yield node
-        return
-    for child in node.children():
-        yield from _outermost(child, shared)
-
-
 def kept_shared(plans: Sequence[Node]) -> list[Node]:
     """The sub-plans several streams compute once (the reference evaluator's memo, and
     Spark's views for stateless ones) that a rewrite must keep whole: those found in
@@ -396,15 +396,19 @@ def kept_shared(plans: Sequence[Node]) -> list[Node]:
     Smallest first.  (One found only inside a larger shared one may be rewritten with
     it: every stream gets the same rewrite.)"""
     shared = _in_several(plans)
-    found = {node for plan in plans for node in _outermost(plan, shared)}
-    return sorted(found, key=lambda node: sum(1 for _ in node.walk()))
+    found = {node for plan in plans for node in plan.outermost(shared)}
+    # a sub-plan is smaller than any plan holding it, as a tree too
+    return sorted(found, key=lambda node: node.tree_size)
 
 
-def _substitute(node: Node, done: dict[Node, Node]) -> Node:
-    found = done.get(node)
-    if found is not None:
-        return found
-    return node.map_inputs(lambda child: _substitute(child, done))
+def _substitute(node: Node, done: dict[Node, Node], memo: dict[int, Node] | None = None) -> Node:
+    """``node`` with its sub-plans found in ``done`` replaced (each node object once)."""
+    memo = {} if memo is None else memo
+    found = done.get(node) or memo.get(id(node))
+    if found is None:
+        found = node.map_inputs(lambda child: _substitute(child, done, memo))
+        memo[id(node)] = found
+    return found
 
 
 def rewrite_streams(

@@ -36,8 +36,10 @@ from roses_app.config.model import (
     SourceConfig,
     SparkSettings,
     StreamConfig,
+    WebSubSettings,
 )
-from roses_app.config.streams import StreamPlanner, XPathChecker
+from roses_app.config.opml import opml_sources
+from roses_app.config.streams import StreamPlanner, XPathChecker, check_stateful_copies
 from roses_app.config.yamlmarks import Marked, describe, load
 from roses_app.errors import ConfigError, ConfigProblem
 
@@ -131,7 +133,16 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
         problems,
         node,
         "settings",
-        optional=("data_dir", "http", "spark", "fetch", "namespaces", "lateness", "spool"),
+        optional=(
+            "data_dir",
+            "http",
+            "spark",
+            "fetch",
+            "namespaces",
+            "lateness",
+            "spool",
+            "websub",
+        ),
     )
 
     data_dir = s.string("data_dir", None)
@@ -184,6 +195,7 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
     lateness = s.duration("lateness", 0.0, positive=False)
     spool_section = s.section("spool", optional=("compact_every",))
     compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
+    websub = _websub(problems, s.section("websub", optional=("external_hub", "lease")), d)
     return Settings(
         data_dir=data_path,
         http=http,
@@ -192,6 +204,20 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
         namespaces=tuple(namespaces),
         lateness=round(lateness * 1_000_000),
         compact_every_seconds=compact_every,
+        websub=websub,
+    )
+
+
+def _websub(problems: Problems, w: Section, d: Settings) -> WebSubSettings:
+    hub = w.string("external_hub", None)
+    if hub is not None and not _is_http_url(hub):
+        problems.add(
+            w.values["external_hub"].line,
+            f"settings.websub.external_hub must be an http:// or https:// URL, got {hub!r}",
+        )
+        hub = None
+    return WebSubSettings(
+        external_hub=hub, lease_seconds=w.duration("lease", d.websub.lease_seconds)
     )
 
 
@@ -224,35 +250,70 @@ def _sources(
             node.line, f"sources must be a mapping of source names to sources, got {describe(node)}"
         )
         return out, declared
-    file = problems.file
     smtp_ports: dict[tuple[str, int], str] = {}
+    imports: list[tuple[Marked, int]] = []
     for name, value in node.value.items():
         line = node.key_line(name)
+        if name == "opml" and not value.is_map:  # an OPML import, not a source named opml
+            imports.append((value, line))
+            continue
         declared[name] = line
         check_name(problems, name, line, "source")
-        what = f"sources.{name}"
+        source: SourceConfig | None
         if value.is_map and "mail" in value.value:
-            mail = mail_source(problems, name, value, line, base_dir, smtp_ports)
-            if mail is not None:
-                out[name] = mail
-            continue
-        s = Section(problems, value, what, required=("feed",), optional=("every",), line=line)
-        every = s.duration("every", fetch.default_every_seconds)
-        url = None
-        feed = s.string("feed", None)
-        if feed is not None:
-            try:
-                url = feed_url(feed, base_dir)
-            except ValueError as exc:
-                problems.add(s.values["feed"].line, f"{what}.feed: {exc}")
-        if url is not None:
-            out[name] = FeedSource(
-                name=name,
-                url=url,
-                every_seconds=every,
-                origin=Origin(file, line, "", f"source:{name}"),
-            )
+            source = mail_source(problems, name, value, line, base_dir, smtp_ports)
+        else:
+            source = _feed_source(problems, name, value, line, base_dir, fetch)
+        if source is not None:
+            out[name] = source
+    # After the sources written out: their names and URLs come first.
+    taken = set(declared)
+    known_urls = {s.url for s in out.values() if isinstance(s, FeedSource)}
+    for value, line in imports:
+        every = fetch.default_every_seconds
+        for feed in opml_sources(
+            problems, value, base_dir, every, feed_url, taken=taken, known_urls=known_urls
+        ):
+            out[feed.name] = feed
+            declared[feed.name] = line
     return out, declared
+
+
+def _feed_source(
+    problems: Problems, name: str, value: Marked, line: int, base_dir: Path, fetch: FetchSettings
+) -> FeedSource | None:
+    what = f"sources.{name}"
+    s = Section(
+        problems, value, what, required=("feed",), optional=("every", "categories"), line=line
+    )
+    every = s.duration("every", fetch.default_every_seconds)
+    url = None
+    feed = s.string("feed", None)
+    if feed is not None:
+        try:
+            url = feed_url(feed, base_dir)
+        except ValueError as exc:
+            problems.add(s.values["feed"].line, f"{what}.feed: {exc}")
+    categories = _categories(problems, s.get("categories"), f"{what}.categories")
+    if url is None:
+        return None
+    origin = Origin(problems.file, line, "", f"source:{name}")
+    return FeedSource(name, url, every, categories, origin=origin)
+
+
+def _categories(problems: Problems, value: Marked | None, what: str) -> tuple[str, ...]:
+    """``categories: [a, b]`` (one category alone: a list of one)."""
+    if value is None:
+        return ()
+    out: list[str] = []
+    for item in value.value if value.is_seq else [value]:
+        if isinstance(item.value, str) and item.value.strip():
+            out.append(" ".join(item.value.split()))
+        else:
+            problems.add(
+                item.line, f"{what}: a category must be a non-empty string, got {describe(item)}"
+            )
+    return tuple(dict.fromkeys(out))
 
 
 def feed_url(text: str, base_dir: Path) -> str:
@@ -318,6 +379,7 @@ def _streams(
             out[name] = StreamConfig(
                 name=name, plan=plan, publish=publish, origin=Origin(file, line, name, name)
             )
+    check_stateful_copies(problems, [s.stream for s in out.values()], settings.namespaces)
     return out
 
 

@@ -44,6 +44,16 @@ class FetchSettings:
 
 
 @dataclass(frozen=True)
+class WebSubSettings:
+    """``settings.websub``: ROSES is the hub of its feeds; ``external_hub`` is also
+    pinged (``hub.mode=publish``) when a feed changes; ``lease_seconds`` is the lease
+    given when a subscriber asks none, and the longest one granted."""
+
+    external_hub: str | None = None
+    lease_seconds: float = 10 * 86400.0
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("data")
     http: HttpSettings = HttpSettings()
@@ -56,15 +66,19 @@ class Settings:
     lateness: int = 0
     # How often the daemon merges the spool's archived files (seconds).
     compact_every_seconds: float = 600.0
+    websub: WebSubSettings = WebSubSettings()
 
 
 @dataclass(frozen=True)
 class FeedSource:
-    """``sources: NAME: {feed: URL, every: DURATION}``; URL is http(s): or file:."""
+    """``sources: NAME: {feed: URL, every: DURATION, categories: [...]}``; URL is
+    http(s): or file:.  ``categories`` (e.g. the folders of an OPML import) are added
+    to each of the source's items as ``<category>``."""
 
     name: str
     url: str
     every_seconds: float
+    categories: tuple[str, ...] = ()
     origin: Origin = field(default=Origin(), compare=False)
 
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from roses_app.algebra.plan import Node, Origin, Source, Split
+from roses_app.algebra.plan import Node, Origin, Source, Split, Stream
 from roses_app.config import streams_stateless, streams_time
 from roses_app.config.fields import NAME_RE, Problems, did_you_mean, listing
+from roses_app.config.limits import MAX_PLAN_DEPTH, MAX_PLAN_NODES, MAX_STATEFUL_COPIES
 from roses_app.config.operator_registry import (
     XQUERY_FILE,
     Builder,
@@ -67,6 +68,9 @@ class StreamPlanner:
         self.xpath_checker = xpath_checker
         self.plans: dict[str, Node | None] = {}
         self.stack: list[str] = []
+        self.level = 0  # operators being built, one inside the other (references inlined)
+        self.built = 0  # plan nodes built (a stream used by name is built once)
+        self.depths: dict[Node, int] = {}  # node -> its depth in operators
 
     # -- streams ---------------------------------------------------------------------
 
@@ -84,6 +88,8 @@ class StreamPlanner:
 
     def reference(self, name: str, line: int, stream: str, step: str, root: bool) -> Node | None:
         if name in self.sources:
+            if not self._count(line):
+                return None
             return Source(name, origin=Origin(self.file, line, stream, f"{step}/source:{name}"))
         if name not in self.bodies:
             self.problems.add(
@@ -165,8 +171,51 @@ class StreamPlanner:
                 f"{name} is only allowed at the root of a stream (make it a stream of its own)",
             )
             return None
+        if not self._count(line):
+            return None
         origin = Origin(self.file, line, stream, f"{step}/{name}")
-        return spec.build(OperatorContext(self, name, origin), value.value[name])
+        if self.level >= MAX_PLAN_DEPTH:  # before recursing further: a chain may be long
+            self._too_deep(line, self.stack[0] if self.stack else stream, " down to here")
+            return None
+        self.level += 1
+        try:
+            built = spec.build(OperatorContext(self, name, origin), value.value[name])
+        finally:
+            self.level -= 1
+        return None if built is None else self._checked_depth(built, line, stream)
+
+    # -- limits ----------------------------------------------------------------------
+
+    def _count(self, line: int) -> bool:
+        """Count one more plan node; False (reported once) beyond MAX_PLAN_NODES."""
+        self.built += 1
+        if self.built == MAX_PLAN_NODES + 1:
+            self.problems.add(
+                line,
+                f"the streams have more than {MAX_PLAN_NODES:,} operators and source reads "
+                "with this one, the limit of feeds.yaml (inline copies and YAML aliases count "
+                "once per copy): refer to shared parts by stream name, which counts once",
+            )
+        return self.built <= MAX_PLAN_NODES
+
+    def _checked_depth(self, node: Node, line: int, stream: str) -> Node | None:
+        """``node``, or None (reported) when it nests more than MAX_PLAN_DEPTH operators.
+        Depths are kept per node, so a plan used by many streams is measured once."""
+        below = (self.depths.get(child, 0) for child in node.children())
+        depth = 1 + max(below, default=0)
+        if depth > MAX_PLAN_DEPTH:
+            self._too_deep(line, stream, " here")
+            return None
+        self.depths[node] = depth
+        return node
+
+    def _too_deep(self, line: int, stream: str, where: str) -> None:
+        self.problems.add(
+            line,
+            f"stream {stream!r} is more than {MAX_PLAN_DEPTH} operators deep{where}, counting "
+            "the streams it uses by name (the limit of feeds.yaml): give a union several "
+            "inputs, or chain fewer streams",
+        )
 
     # -- expressions -----------------------------------------------------------------
 
@@ -184,6 +233,39 @@ class StreamPlanner:
         return True
 
 
+def check_stateful_copies(
+    problems: Problems, streams: Sequence[Stream], namespaces: tuple[tuple[str, str], ...]
+) -> None:
+    """Report (once, at the stream that goes beyond) plans whose stateful part Spark
+    would run more than MAX_STATEFUL_COPIES operators for.  The written plans are
+    counted first; only when they go beyond are they rewritten (a union of one
+    stateful stream with itself is that stream) and counted again."""
+    from roses_app.algebra.globalplan import stateful_copies
+
+    def beyond(plans: Sequence[Stream]) -> Stream | None:
+        memo: dict[Node, int] = {}
+        total = 0
+        for stream in plans:
+            total += stateful_copies(stream.plan, memo)
+            if total > MAX_STATEFUL_COPIES:
+                return stream
+        return None
+
+    if beyond(streams) is None:
+        return
+    from roses_app.algebra.rewrite import rewrite_streams
+
+    found = beyond(rewrite_streams(streams, namespaces))
+    if found is not None:
+        problems.add(
+            found.origin.line,
+            f"with stream {found.name!r}, the stateful streams need Spark to run more than "
+            f"{MAX_STATEFUL_COPIES} operators (the limit of feeds.yaml): Spark runs a window, "
+            "join, delta... once for every place that reads it, so a stateful stream used "
+            "twice by each of several levels doubles per level; read it at fewer places",
+        )
+
+
 __all__ = [
     "HANDLER_MODULES",
     "STREAM_KEYS",
@@ -193,6 +275,7 @@ __all__ = [
     "OperatorSpec",
     "StreamPlanner",
     "XPathChecker",
+    "check_stateful_copies",
     "operator",
     "operator_names",
     "register_operator",

@@ -11,6 +11,13 @@ key ``"8080"``), since feeds.yaml keys are names.  Duplicate keys, non-scalar ke
 recursive aliases, unknown tags and syntax errors are reported, not raised, so that the
 loader can go on and report every other problem of the file too.  Merge keys
 (``<<: *anchor``) work as in YAML 1.1: the mapping's own keys win, silently.
+
+An alias stays one shared value here, but whoever walks the values (the stream
+planner builds one plan node per occurrence) meets it once per occurrence, so a
+"billion laughs" file of a few hundred bytes would stand for billions of values.
+The file is refused while it is composed, at the line of the alias that goes beyond
+:mod:`roses_app.config.limits` (aliases, values they stand for, nesting), before
+anything is expanded.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from roses_app.config.limits import MAX_YAML_ALIAS_VALUES, MAX_YAML_ALIASES, MAX_YAML_DEPTH
 
 MAP_TAG = "tag:yaml.org,2002:map"
 SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -115,20 +124,99 @@ def _line_text(text: str, line: int) -> str:
     return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
+class LimitError(yaml.YAMLError):
+    """The file goes beyond a limit of :mod:`roses_app.config.limits` at ``line``."""
+
+    def __init__(self, mark: object, message: str) -> None:  # a pure-Python or C Mark
+        super().__init__(message)
+        self.line = int(getattr(mark, "line", 0)) + 1
+        self.message = message
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, counting while it composes: the aliases, the values they
+    stand for (each composed node's size as if expanded, so nested aliases multiply)
+    and the nesting depth; beyond a limit it raises :class:`LimitError`."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.aliases = 0
+        self.alias_values = 0
+        self.depth = 0
+        # id(node) -> its number of values, aliases expanded (the nodes stay alive in
+        # the document, so their ids are not reused)
+        self.sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            target = self.anchors.get(event.anchor)
+            if target is not None:  # an undefined alias is PyYAML's error
+                self._count_alias(event, target)
+            return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise LimitError(
+                    self.peek_event().start_mark,
+                    f"mappings and lists are nested more than {MAX_YAML_DEPTH} deep here "
+                    "(the limit of feeds.yaml): write the plan with fewer levels",
+                )
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        if node is not None:
+            self.sizes[id(node)] = self._size(node)
+        return node
+
+    def _size(self, node: yaml.Node) -> int:
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            return 1
+        # a child not sized yet is a recursive alias (reported later): count it once
+        return 1 + sum(self.sizes.get(id(child), 1) for child in children)
+
+    def _count_alias(self, alias: yaml.AliasEvent, target: yaml.Node) -> None:
+        mark = alias.start_mark
+        self.aliases += 1
+        if self.aliases > MAX_YAML_ALIASES:
+            raise LimitError(
+                mark,
+                f"more than {MAX_YAML_ALIASES:,} YAML aliases (the limit of feeds.yaml): "
+                "write the values out, or use stream names to share plans",
+            )
+        size = self.sizes.get(id(target), 1)
+        self.alias_values += size
+        if self.alias_values > MAX_YAML_ALIAS_VALUES:
+            raise LimitError(
+                mark,
+                f"with the alias *{alias.anchor} (itself {size:,} values), the aliases of "
+                f"this file stand for more than {MAX_YAML_ALIAS_VALUES:,} values, the limit "
+                "of feeds.yaml (an alias bomb?): nest fewer aliases; stream names share "
+                "plans without copying them",
+            )
+
+
 def load(text: str, report: Report) -> Marked | None:
     """Parse one YAML document into a :class:`Marked` tree.
 
     Problems go to ``report(line, message)``.  Returns None when the text is not YAML
-    at all (syntax error) or is empty; otherwise the tree, possibly with problems
-    reported along the way.
+    at all (syntax error), is empty, or goes beyond a limit; otherwise the tree,
+    possibly with problems reported along the way.
     """
     try:
-        loader = yaml.SafeLoader(text)  # checks for unprintable characters right away
+        loader = _LimitedLoader(text)  # checks for unprintable characters right away
     except yaml.YAMLError as exc:
         report(*syntax_problem(exc, text))
         return None
     try:
         root = loader.get_single_node()
+    except LimitError as exc:
+        report(exc.line, exc.message)
+        return None
     except yaml.YAMLError as exc:
         report(*syntax_problem(exc, text))
         return None

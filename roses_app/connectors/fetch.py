@@ -5,9 +5,11 @@ thread-safe and keeps connections alive).  A fetch is one conditional GET:
 
 * ``If-None-Match`` / ``If-Modified-Since`` from the stored validators; a 304
   comes back as a result with ``not_modified`` set and no body;
-* ``Accept-Encoding: gzip, deflate``; the body is decoded while it streams and
-  the size cap (``FetchSettings.max_bytes``) applies to the *decoded* bytes, so a
-  gzip bomb is stopped too;
+* ``Accept-Encoding: gzip, deflate``; the body is decoded while it streams, in
+  bounded steps, and the size cap (``FetchSettings.max_bytes``) applies to the
+  *decoded* bytes as they are produced, so a gzip bomb, even stacked
+  (``Content-Encoding: gzip, gzip``), is stopped at the cap
+  (:mod:`roses_app.connectors.limits`);
 * redirects are followed by hand, at most :data:`MAX_REDIRECTS`.  When the chain
   starts with permanent redirects (301, 308) the last permanent target is
   reported as ``permanent_url`` so the caller can store it; a temporary one
@@ -18,13 +20,16 @@ thread-safe and keeps connections alive).  A fetch is one conditional GET:
 * every other failure (other 4xx/5xx, DNS, refused, reset, TLS, timeouts, body
   too large) raises :class:`~roses_app.errors.FetchError`.
 
-Timeouts: ``timeout_seconds`` bounds the connect and each read; the whole fetch
-(redirects and body) must also finish within ``TOTAL_TIMEOUT_FACTOR`` times
-that, so a server trickling one byte at a time cannot hold a worker forever.
+Timeout: ``timeout_seconds`` is the deadline of the whole fetch: connecting,
+the headers and the body of every redirect hop.  A watchdog ends it then, even
+while a server dribbles its headers one byte at a time
+(:class:`~roses_app.connectors.limits.Deadline`), and it fails with
+:class:`~roses_app.connectors.limits.FetchTimeoutError`.
 
-``file:`` URLs (``file:relative/path``, ``file:/abs``, ``file:///abs``) read the
-file, honouring the size cap; a ``Last-Modified``/``ETag`` made from the file's
-mtime and size make an unchanged file answer "not modified".
+``file:`` URLs (``file:relative/path``, ``file:/abs``, ``file:///abs``) read a
+regular file, honouring the size cap (a named pipe, device or directory is
+refused: reading one could block a worker forever); a ``Last-Modified``/``ETag``
+made from the file's mtime and size make an unchanged file answer "not modified".
 """
 
 from __future__ import annotations
@@ -32,22 +37,24 @@ from __future__ import annotations
 import email.utils
 import logging
 import os
+import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
 from roses_app.config.model import FetchSettings
+from roses_app.connectors.limits import Deadline, FetchTimeoutError, decoded, read_capped
 from roses_app.errors import FetchError
 
 log = logging.getLogger(__name__)
 
 MAX_REDIRECTS = 5
-TOTAL_TIMEOUT_FACTOR = 4.0
 PERMANENT_REDIRECTS = frozenset({301, 308})
 TEMPORARY_REDIRECTS = frozenset({302, 303, 307})
 ACCEPT = (
@@ -140,9 +147,11 @@ class Fetcher:
         self.settings = settings
         self.clock = clock
         self.base_dir = base_dir
-        timeout = httpx.Timeout(settings.timeout_seconds)
         self._client = httpx.Client(
-            timeout=timeout,
+            timeout=httpx.Timeout(settings.timeout_seconds),
+            # A fresh connection per fetch: the deadline's watchdog learns the
+            # sockets of a fetch from its connects (polls are minutes apart anyway).
+            limits=httpx.Limits(max_keepalive_connections=0),
             follow_redirects=False,
             headers={
                 "User-Agent": settings.user_agent,
@@ -177,13 +186,14 @@ class Fetcher:
 
     def _fetch_file(self, url: str, etag: str | None, last_modified: str | None) -> FetchResult:
         path = file_path_of(url, self.base_dir)
+        cap = self.settings.max_bytes
         try:
-            with path.open("rb") as fh:
+            with _open_regular(path) as fh:
                 st = os.fstat(fh.fileno())
-                if st.st_size > self.settings.max_bytes:
+                if st.st_size > cap:
                     raise FetchError(
                         f"{path}: {st.st_size} bytes is over the limit of "
-                        f"{self.settings.max_bytes} bytes (fetch.max_bytes)"
+                        f"{cap} bytes (fetch.max_bytes)"
                     )
                 new_etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
                 new_modified = email.utils.formatdate(st.st_mtime, usegmt=True)
@@ -191,15 +201,13 @@ class Fetcher:
                     return FetchResult(
                         url=url, status=304, etag=new_etag, last_modified=new_modified
                     )
-                body = fh.read(self.settings.max_bytes + 1)
+                body = fh.read(cap + 1)
         except FetchError:
             raise
         except OSError as exc:
             raise FetchError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        if len(body) > self.settings.max_bytes:
-            raise FetchError(
-                f"{path}: over the limit of {self.settings.max_bytes} bytes (fetch.max_bytes)"
-            )
+        if len(body) > cap:
+            raise FetchError(f"{path}: over the limit of {cap} bytes (fetch.max_bytes)")
         return FetchResult(
             url=url, status=200, body=body, etag=new_etag, last_modified=new_modified
         )
@@ -207,8 +215,6 @@ class Fetcher:
     # -- http(s) -----------------------------------------------------------------
 
     def _fetch_http(self, url: str, etag: str | None, last_modified: str | None) -> FetchResult:
-        started = time.monotonic()
-        deadline = started + self.settings.timeout_seconds * TOTAL_TIMEOUT_FACTOR
         headers: dict[str, str] = {}
         if etag:
             headers["If-None-Match"] = etag
@@ -217,42 +223,61 @@ class Fetcher:
         current = url
         permanent_url: str | None = None
         still_permanent = True
-        for _hop in range(MAX_REDIRECTS + 1):
-            try:
-                result = self._get_once(current, headers, deadline)
-            except httpx.TimeoutException as exc:
-                raise FetchError(
-                    f"timed out after {self.settings.timeout_seconds:g} s "
-                    f"({type(exc).__name__}) fetching {current}"
-                ) from exc
-            except FetchError:
-                raise
-            except (
-                httpx.HTTPError,
-                httpx.InvalidURL,
-                httpx.StreamError,
-                ValueError,
-                OSError,
-            ) as exc:
-                raise FetchError(f"{type(exc).__name__} fetching {current}: {exc}") from exc
-            if isinstance(result, _Redirect):
-                if result.status in PERMANENT_REDIRECTS and still_permanent:
-                    permanent_url = result.location
-                else:
-                    still_permanent = False
-                current = result.location
-                continue
-            if permanent_url is not None:
-                result = replace(result, permanent_url=permanent_url)
-            return result
+        with Deadline(self.settings.timeout_seconds) as deadline:
+            for _hop in range(MAX_REDIRECTS + 1):
+                result = self._get_within(current, headers, deadline)
+                if isinstance(result, _Redirect):
+                    if result.status in PERMANENT_REDIRECTS and still_permanent:
+                        permanent_url = result.location
+                    else:
+                        still_permanent = False
+                    current = result.location
+                    continue
+                if permanent_url is not None:
+                    result = replace(result, permanent_url=permanent_url)
+                return result
         raise FetchError(f"more than {MAX_REDIRECTS} redirects starting at {url}")
 
+    def _get_within(
+        self, url: str, headers: dict[str, str], deadline: Deadline
+    ) -> FetchResult | _Redirect:
+        """One GET; whatever it does after the deadline is a :class:`FetchTimeoutError`."""
+        timed_out = FetchTimeoutError(
+            f"timed out: {url} did not finish within {deadline.seconds:g} s "
+            "(fetch.timeout covers connecting, the headers and the body); aborted"
+        )
+        try:
+            result = self._get_once(url, headers, deadline)
+        except httpx.TimeoutException as exc:
+            raise timed_out from exc
+        except (
+            httpx.HTTPError,
+            httpx.InvalidURL,
+            httpx.StreamError,
+            ValueError,
+            OSError,
+        ) as exc:
+            if deadline.expired:  # the watchdog cut the connection: that is the cause
+                raise timed_out from exc
+            if isinstance(exc, FetchError):
+                raise
+            raise FetchError(f"{type(exc).__name__} fetching {url}: {exc}") from exc
+        if deadline.expired:  # a close-delimited body cut short looks complete
+            raise timed_out
+        return result
+
     def _get_once(
-        self, url: str, headers: dict[str, str], deadline: float
+        self, url: str, headers: dict[str, str], deadline: Deadline
     ) -> FetchResult | _Redirect:
         if urlsplit(url).scheme.lower() not in ("http", "https"):
             raise FetchError(f"redirected to a URL that is not http(s): {url}")
-        with self._client.stream("GET", url, headers=headers) as response:
+        with self._client.stream(
+            "GET",
+            url,
+            headers=headers,
+            timeout=httpx.Timeout(deadline.remaining()),
+            extensions={"trace": deadline.trace},
+        ) as response:
             status = response.status_code
             lower = {k.lower(): v for k, v in response.headers.items()}
             if status in PERMANENT_REDIRECTS or status in TEMPORARY_REDIRECTS:
@@ -278,37 +303,71 @@ class Fetcher:
                 )
             if not 200 <= status < 300:
                 raise HttpStatusError(f"HTTP {status} {response.reason_phrase} from {url}", status)
-            body = self._read_capped(response, url, deadline)
             return FetchResult(
                 url=url,
                 status=200,
-                body=body,
+                body=self._read_body(response, url),
                 headers=lower,
                 etag=response.headers.get("etag"),
                 last_modified=response.headers.get("last-modified"),
             )
 
-    def _read_capped(self, response: httpx.Response, url: str, deadline: float) -> bytes:
+    def _read_body(self, response: httpx.Response, url: str) -> bytes:
         cap = self.settings.max_bytes
         declared = response.headers.get("content-length", "")
-        encoded = response.headers.get("content-encoding", "identity").lower()
-        if declared.isdigit() and encoded in ("", "identity") and int(declared) > cap:
+        if declared.isdigit() and int(declared) > cap:
             raise FetchError(
-                f"{url} announces {declared} bytes, over the limit of {cap} bytes (fetch.max_bytes)"
+                f"{url} announces {declared} bytes, over the limit of {cap} bytes "
+                "(fetch.max_bytes); raise settings.fetch.max_bytes if this feed is that large"
             )
-        chunks: list[bytes] = []
-        total = 0
-        for chunk in response.iter_bytes():
-            total += len(chunk)
-            if total > cap:
-                raise FetchError(f"{url} sent more than {cap} bytes (fetch.max_bytes); aborted")
-            chunks.append(chunk)
-            if time.monotonic() > deadline:
-                raise FetchError(
-                    f"{url} did not finish within "
-                    f"{self.settings.timeout_seconds * TOTAL_TIMEOUT_FACTOR:g} s; aborted"
-                )
-        return b"".join(chunks)
+        coding = response.headers.get("content-encoding", "")
+        # iter_raw: the coded bytes, which limits.decoded undoes in bounded steps
+        # (httpx's own decoder inflates a whole chunk, however large, in one call).
+        raw = _counted(response.iter_raw(), cap, url)
+        return read_capped(decoded(raw, coding, url), cap, url)
+
+
+def _counted(chunks: Iterator[bytes], cap: int, url: str) -> Iterator[bytes]:
+    """The coded bytes are capped too: no bomb of empty gzip members either."""
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > cap:
+            raise FetchError(
+                f"{url} sent more than {cap} bytes (fetch.max_bytes) before decoding; aborted"
+            )
+        yield chunk
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file, else refuse.
+
+    O_NONBLOCK: opening a named pipe would otherwise wait for a writer, forever;
+    the type is checked on the opened descriptor, so a swap in between is caught.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise FetchError(
+                f"{path} is {kind}, not a regular file: a file: source must name a feed "
+                "document on disk"
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,17 @@ ahead; a server's ``Retry-After`` is honoured exactly.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from roses_app.config.model import FeedSource, FetchSettings
+from roses_app.connectors.categories import add_categories
 from roses_app.connectors.common import SourceLocks, backoff_delay, describe
-from roses_app.connectors.fetch import Fetcher, RetryLaterError
+from roses_app.connectors.fetch import Fetcher, FetchResult, RetryLaterError
+from roses_app.connectors.limits import FetchTimeoutError
 from roses_app.connectors.state import SourceState, StateStore
 from roses_app.connectors.xmlize import parse_feed
 
@@ -60,6 +63,8 @@ class PollResult:
     n_items: int = 0
     message: str = ""
     next_allowed_at: float = 0.0  # clock seconds; 0 = no backoff
+    fetch_seconds: float | None = None  # wall time of the fetch; None: nothing fetched
+    timed_out: bool = False  # the fetch hit its deadline (fetch.timeout)
 
 
 class Poller:
@@ -125,13 +130,26 @@ class Poller:
                 )
         state = replace(state, last_attempt_at=now, n_polls=state.n_polls + 1)
 
+        started = time.monotonic()
         try:
             result = self.fetcher.fetch(state.url, state.etag, state.last_modified)
         except RetryLaterError as exc:
-            return self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
+            failed = self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
+            return replace(failed, fetch_seconds=time.monotonic() - started)
         except Exception as exc:
-            return self._fail(source, state, now, describe(exc))
+            failed = self._fail(source, state, now, describe(exc))
+            return replace(
+                failed,
+                fetch_seconds=time.monotonic() - started,
+                timed_out=isinstance(exc, FetchTimeoutError),
+            )
+        return self._handle(source, state, now, result, time.monotonic() - started)
 
+    def _handle(
+        self, source: FeedSource, state: SourceState, now: float, result: FetchResult, took: float
+    ) -> PollResult:
+        """What a fetch that did not fail means: moved, gone, unchanged or new items."""
+        name = source.name
         if result.permanent_url and result.permanent_url != state.url:
             log.info(
                 "source %s: moved permanently from %s to %s; using the new URL from now on",
@@ -145,7 +163,7 @@ class Poller:
             message = f"{result.url} is gone (HTTP 410); not polling it any more"
             log.warning("source %s: %s", name, message)
             self.state_store.put(replace(state, gone=True, last_status="gone", last_error=message))
-            return PollResult(name, "gone", message=message)
+            return PollResult(name, "gone", message=message, fetch_seconds=took)
 
         if result.not_modified:
             self.state_store.put(
@@ -158,24 +176,25 @@ class Poller:
                     n_not_modified=state.n_not_modified + 1,
                 )
             )
-            return PollResult(name, "not_modified")
+            return PollResult(name, "not_modified", fetch_seconds=took)
 
         try:
             parsed = parse_feed(result.body, result.url, result.headers)
         except Exception as exc:
-            return self._fail(source, state, now, describe(exc))
+            return replace(self._fail(source, state, now, describe(exc)), fetch_seconds=took)
         if parsed.skipped:
             log.warning("source %s: %d entries could not be written as items", name, parsed.skipped)
+        if parsed.dropped:
+            log.warning("source %s: %d invalid fields dropped from its items", name, parsed.dropped)
 
-        items = parsed.entries
+        items = add_categories(parsed.entries, source.categories)
         if items:
             try:
                 self.sink(name, items)
             except Exception as exc:
                 log.exception("source %s: the sink refused %d items", name, len(items))
-                return self._fail(
-                    source, state, now, f"sink failed ({describe(exc)}); items will be refetched"
-                )
+                why = f"sink failed ({describe(exc)}); items will be refetched"
+                return replace(self._fail(source, state, now, why), fetch_seconds=took)
 
         self.state_store.put(
             self._succeeded(
@@ -191,7 +210,7 @@ class Poller:
         message = f"{len(items)} items"
         if parsed.bozo:
             message += f" (feed is not well-formed, recovered: {parsed.bozo_message})"
-        return PollResult(name, "ok", n_items=len(items), message=message)
+        return PollResult(name, "ok", n_items=len(items), message=message, fetch_seconds=took)
 
     def _succeeded(
         self,

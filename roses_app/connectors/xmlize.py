@@ -15,6 +15,13 @@ this order::
     comments, dc:creator*, dc:contributor*, dc:rights, atom:updated,
     media:content*, media:thumbnail*, itunes:duration
 
+As RSS 2.0 asks, ``author`` is an e-mail address (``a@b.org (Name)``) and names are
+``dc:creator``.  ``source`` is the feed an item first came from: its own ``<source>``
+when it has one, else the feed read, with the feed's URL (its ``rel="self"`` link, else
+the URL fetched), not its home page.  What a feed gives in a form no feed may carry (an
+unreadable date, a link that is no absolute URI, an address that is no address) is
+dropped from that field and logged with the feed's URL, never guessed.
+
 Only the namespaces an item uses are declared on it.  Text stays text: an HTML
 description is escaped character data, never parsed markup.  Characters that
 XML 1.0 forbids are dropped.  The output depends only on the entry and the feed
@@ -38,6 +45,16 @@ import feedparser
 import lxml.html
 from lxml import etree
 
+from roses_app.connectors.entryfields import (
+    absolute_uri,
+    clean_text,
+    dict_list,
+    get_field,
+    is_web_url,
+    rss_author,
+    source_of,
+    text_field,
+)
 from roses_app.errors import FeedParseError
 from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, rfc822
 
@@ -50,9 +67,6 @@ MEDIA_NS = FEED_NAMESPACES["media"]
 ITUNES_NS = FEED_NAMESPACES["itunes"]
 _PREFIX_OF = {uri: prefix for prefix, uri in FEED_NAMESPACES.items()}
 
-# Everything outside the XML 1.0 Char production (control characters, lone
-# surrogates, U+FFFE/U+FFFF).
-_INVALID_XML_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]*$")
 
 # Built-in table only (not /etc/mime.types), so every machine guesses the same.
@@ -83,15 +97,6 @@ _MEDIA_CONTENT_ATTRS = (
 # feedparser lower-cases attribute names; write them back in MRSS spelling.
 _MRSS_SPELLING = {"filesize": "fileSize", "isdefault": "isDefault"}
 _MEDIA_THUMBNAIL_ATTRS = ("url", "width", "height", "time")
-_NO_FALLBACK = frozenset({"updated", "updated_parsed"})
-
-
-def clean_text(value: object) -> str:
-    """``value`` as a string holding only characters XML 1.0 allows."""
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else str(value)
-    return _INVALID_XML_CHARS.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class ParsedFeed:
     bozo: bool = False  # feedparser had to recover from an error
     bozo_message: str = ""
     skipped: int = 0  # entries that could not be written (logged); should stay 0
+    dropped: int = 0  # fields dropped as invalid (logged): bad dates, URIs, addresses
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -142,12 +148,15 @@ def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) 
         raise FeedParseError(f"{url}: not an RSS/Atom feed ({why})")
     entries: list[tuple[str, int | None]] = []
     skipped = 0
+    problems: list[str] = []
     for entry in raw_entries:
         try:
-            entries.append(xmlize_entry(entry, feed))
+            entries.append(xmlize_entry(entry, feed, url=url, problems=problems))
         except Exception as exc:  # one odd entry must not lose the others
             skipped += 1
             log.warning("%s: skipped an entry that cannot be written as an item: %s", url, exc)
+    for problem in problems:
+        log.warning("%s: %s", url, problem)
     return ParsedFeed(
         title=title,
         link=clean_text(feed.get("link", "")).strip(),
@@ -156,6 +165,7 @@ def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) 
         bozo=bozo,
         bozo_message=bozo_message,
         skipped=skipped,
+        dropped=len(problems),
     )
 
 
@@ -194,23 +204,6 @@ class _ItemBuilder:
         return root
 
 
-def _get(mapping: Any, key: str) -> Any:
-    if key in _NO_FALLBACK and isinstance(mapping, dict):
-        # FeedParserDict answers updated* with published* (and a warning) when absent.
-        return dict.get(mapping, key)
-    try:
-        return mapping.get(key)
-    except (KeyError, AttributeError, TypeError, ValueError, IndexError):
-        return None  # FeedParserDict raises these for some derived keys it cannot build
-
-
-def _str(mapping: Any, key: str) -> str:
-    value = _get(mapping, key)
-    if value is None or isinstance(value, (dict, list, tuple)):
-        return ""
-    return clean_text(value).strip()
-
-
 def _micros_of_struct(value: Any) -> int | None:
     if not isinstance(value, time.struct_time) and not isinstance(value, tuple):
         return None
@@ -225,20 +218,14 @@ def _micros_of_struct(value: Any) -> int | None:
 def published_micros(entry: Mapping[str, Any]) -> int | None:
     """The entry's publication time (else its update time) in µs, or None."""
     for key in ("published_parsed", "updated_parsed", "created_parsed"):
-        micros = _micros_of_struct(_get(entry, key))
+        micros = _micros_of_struct(get_field(entry, key))
         if micros is not None:
             return micros
     return None
 
 
-def _dict_list(value: Any) -> list[Mapping[str, Any]]:
-    if not isinstance(value, list):
-        return []
-    return [v for v in value if isinstance(v, Mapping)]
-
-
 def _first_content(entry: Mapping[str, Any]) -> str:
-    for content in _dict_list(_get(entry, "content")):
+    for content in dict_list(get_field(entry, "content")):
         value = clean_text(content.get("value", ""))
         if value.strip():
             return value
@@ -258,16 +245,30 @@ def _enclosure_type(value: Any, url: str) -> str:
     return guessed or "application/octet-stream"
 
 
-def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str, int | None]:
-    """One feedparser entry as a serialized canonical ``<item>`` and its published µs."""
+def xmlize_entry(
+    entry: Mapping[str, Any],
+    feed: Mapping[str, Any],
+    *,
+    url: str = "",
+    problems: list[str] | None = None,
+) -> tuple[str, int | None]:
+    """One feedparser entry as a serialized canonical ``<item>`` and its published µs.
+
+    ``url`` is where the feed was fetched; each field dropped as invalid is described
+    in ``problems`` (when given)."""
     b = _ItemBuilder()
+    dropped = problems if problems is not None else []
+    feed_url = url  # (the enclosure loop reuses the name)
 
     title = _title(entry)
-    link = _str(entry, "link")
-    guid = _str(entry, "id")
-    if link and link == guid and _get(entry, "guidislink") and not _is_web_url(link):
+    link = text_field(entry, "link")
+    guid = text_field(entry, "id")
+    if link and link == guid and get_field(entry, "guidislink") and not is_web_url(link):
         link = ""  # feedparser copied a non-URL id (tag:, urn:) into the link
-    summary = clean_text(_get(entry, "summary") or "")
+    if link and not absolute_uri(link, feed_url):
+        dropped.append(f"link {link!r} of {guid or title!r} is not an absolute URI: dropped")
+    link = absolute_uri(link, feed_url)
+    summary = clean_text(get_field(entry, "summary") or "")
     content = _first_content(entry)
     description = summary if summary.strip() else content
     if title:
@@ -282,18 +283,21 @@ def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str
     published = published_micros(entry)
     if published is not None:
         b.add("pubDate", rfc822(published))
+    elif text_field(entry, "published") or text_field(entry, "updated"):
+        raw = text_field(entry, "published") or text_field(entry, "updated")
+        dropped.append(f"date {raw!r} of {guid or link or title!r} is unreadable: dropped")
 
     if guid:
         b.add("guid", guid, [("isPermaLink", "true" if guid == link else "false")])
     elif link:
         b.add("guid", link, [("isPermaLink", "true")])
 
-    author = _author(entry)
+    author = rss_author(entry, dropped)
     if author:
         b.add("author", author)
 
     seen_tags: set[tuple[str, str]] = set()
-    for tag in _dict_list(_get(entry, "tags")):
+    for tag in dict_list(get_field(entry, "tags")):
         term = clean_text(tag.get("term") or tag.get("label") or "").strip()
         scheme = clean_text(tag.get("scheme") or "").strip()
         if not term or (term, scheme) in seen_tags:
@@ -302,9 +306,12 @@ def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str
         b.add("category", term, [("domain", scheme or None)])
 
     seen_urls: set[str] = set()
-    for enc in _dict_list(_get(entry, "enclosures")):
-        url = clean_text(enc.get("href") or enc.get("url") or "").strip()
-        if not url or url in seen_urls:
+    for enc in dict_list(get_field(entry, "enclosures")):
+        url = absolute_uri(clean_text(enc.get("href") or enc.get("url") or "").strip(), feed_url)
+        if not url:
+            dropped.append(f"an enclosure of {guid or link or title!r} has no usable URL: dropped")
+            continue
+        if url in seen_urls:
             continue
         seen_urls.add(url)
         b.add(
@@ -317,29 +324,19 @@ def xmlize_entry(entry: Mapping[str, Any], feed: Mapping[str, Any]) -> tuple[str
             ],
         )
 
-    feed_title = _str(feed, "title")
-    feed_link = _str(feed, "link")
-    if not feed_link:
-        for candidate in _dict_list(_get(feed, "links")):
-            if candidate.get("rel") == "self" and candidate.get("href"):
-                feed_link = clean_text(candidate["href"]).strip()
-                break
-    if feed_title or feed_link:
-        b.add("source", feed_title, [("url", feed_link or None)])
+    source_title, source_url = source_of(entry, feed, feed_url)
+    if source_title or source_url:
+        b.add("source", source_title, [("url", source_url or None)])
 
     _add_extensions(b, entry, published)
     element = b.build()
     return etree.tostring(element, encoding="unicode"), published
 
 
-def _is_web_url(text: str) -> bool:
-    return text.lower().startswith(("http://", "https://"))
-
-
 def _title(entry: Mapping[str, Any]) -> str:
     """The title as plain text (an HTML title loses its markup, keeps its text)."""
-    title = _str(entry, "title")
-    detail = _get(entry, "title_detail")
+    title = text_field(entry, "title")
+    detail = get_field(entry, "title_detail")
     kind = detail.get("type", "") if isinstance(detail, Mapping) else ""
     if title and kind in ("text/html", "application/xhtml+xml"):
         try:
@@ -350,23 +347,10 @@ def _title(entry: Mapping[str, Any]) -> str:
     return title
 
 
-def _author(entry: Mapping[str, Any]) -> str:
-    """RSS style ``email (name)``, ``name`` or ``email`` of the first author."""
-    people = _dict_list(_get(entry, "authors"))
-    if people:
-        name = clean_text(people[0].get("name") or "").strip()
-        email = clean_text(people[0].get("email") or "").strip()
-        if name and email:
-            return f"{email} ({name})"
-        if name or email:
-            return name or email
-    return _str(entry, "author")
-
-
 def _person_names(people: Any) -> list[str]:
     """The distinct, cleaned names of a feedparser list of people, in order."""
     names: list[str] = []
-    for person in _dict_list(people):
+    for person in dict_list(people):
         name = clean_text(person.get("name") or "").strip()
         if name and name not in names:
             names.append(name)
@@ -374,32 +358,32 @@ def _person_names(people: Any) -> list[str]:
 
 
 def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | None) -> None:
-    comments = _str(entry, "comments")
+    comments = text_field(entry, "comments")
     if comments:
         b.add("comments", comments)
 
     for key, tag in (("authors", "creator"), ("contributors", "contributor")):
-        for name in _person_names(_get(entry, key)):
+        for name in _person_names(get_field(entry, key)):
             b.add(tag, name, ns=DC_NS)
 
-    rights = _str(entry, "rights")
+    rights = text_field(entry, "rights")
     if rights:
         b.add("rights", rights, ns=DC_NS)
 
-    updated = _micros_of_struct(_get(entry, "updated_parsed"))
+    updated = _micros_of_struct(get_field(entry, "updated_parsed"))
     if updated is not None and updated != published:
         b.add("updated", iso8601(updated), ns=ATOM_NS)
 
-    for media in _dict_list(_get(entry, "media_content")):
+    for media in dict_list(get_field(entry, "media_content")):
         attrs = _media_attrs(media, _MEDIA_CONTENT_ATTRS)
         if attrs:
             b.add("content", None, attrs, ns=MEDIA_NS)
-    for thumb in _dict_list(_get(entry, "media_thumbnail")):
+    for thumb in dict_list(get_field(entry, "media_thumbnail")):
         attrs = _media_attrs(thumb, _MEDIA_THUMBNAIL_ATTRS)
         if attrs:
             b.add("thumbnail", None, attrs, ns=MEDIA_NS)
 
-    duration = _str(entry, "itunes_duration")
+    duration = text_field(entry, "itunes_duration")
     if duration:
         b.add("duration", duration, ns=ITUNES_NS)
 

@@ -1,21 +1,51 @@
 """Which feeds exist: the published streams of the config and the split values stored.
 
-A stream with ``publish:`` is one feed, ``/feeds/NAME.rss|.atom``.  A split stream is one
-feed per value its split function returned so far, ``/feeds/NAME/VALUE.rss|.atom`` with
-VALUE percent-quoted (nothing safe), so new feeds appear as new values appear.
+A stream with ``publish:`` is one feed, ``/feeds/NAME.rss|.atom|.json`` (RSS 2.0, Atom
+1.0, JSON Feed 1.1) with its page for people, ``/feeds/NAME.html``.  A split stream is
+one feed per value its split function returned so far, ``/feeds/NAME/VALUE.rss`` (and
+the other formats) with VALUE percent-quoted (nothing safe), so new feeds appear as new
+values appear.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import quote, unquote
 
 from roses_app.algebra.plan import Split
 from roses_app.config.model import Config, StreamConfig
-from roses_app.publish.render import FeedGroup, FeedInfo, FeedStats, html_anchor
-from roses_app.store import Store
+from roses_app.publish.feedpage import HTML_MEDIA_TYPE, render_feed_page
+from roses_app.publish.jsonfeed import JSON_FEED_MEDIA_TYPE, newest_date, render_json
+from roses_app.publish.pages import html_anchor, part_label
+from roses_app.publish.render import (
+    ATOM_MEDIA_TYPE,
+    RSS_MEDIA_TYPE,
+    FeedGroup,
+    FeedInfo,
+    FeedStats,
+    render_atom,
+    render_rss,
+)
+from roses_app.publish.sanitize import label
+from roses_app.publish.websub_table import hub_urls
+from roses_app.store import Store, StoredEntry
 
-FORMATS = ("rss", "atom")
+# render(feed, its latest entries, updated=the store's last change) -> the document
+Renderer = Callable[..., bytes]
+RENDERERS: dict[str, tuple[Renderer, str]] = {
+    "rss": (render_rss, RSS_MEDIA_TYPE),
+    "atom": (render_atom, ATOM_MEDIA_TYPE),
+    "json": (render_json, JSON_FEED_MEDIA_TYPE),
+    "html": (render_feed_page, HTML_MEDIA_TYPE),
+}
+FORMATS = tuple(RENDERERS)
+
+
+def render_feed(
+    fmt: str, feed: FeedInfo, entries: Sequence[StoredEntry], updated: float | None
+) -> bytes:
+    """The document of ``feed`` in format ``fmt`` (a key of :data:`RENDERERS`)."""
+    return RENDERERS[fmt][0](feed, entries, updated=updated)
 
 
 def feed_path(stream: str, part: str | None, fmt: str) -> str:
@@ -33,7 +63,9 @@ class Catalog:
     """The published feeds of a config, with the split parts found in the store.
 
     URLs are absolute: ``settings.http.base_url`` when the user set one, else the base
-    the caller passes (the server passes the request's), else ``http://host:port``.
+    the caller passes (the server passes its configured host and bound port, never a
+    request's ``Host``), else ``http://host:port``.  Titles are plain text; a split
+    feed's is its stream's title and its value.
     """
 
     def __init__(self, config: Config, store: Store) -> None:
@@ -41,12 +73,15 @@ class Catalog:
         self.store = store
         self._configured_base = config.settings.http.base_url
         self._default_base = config.settings.http.public_base
+        # (stream, part) -> (the feed's last change, its newest item's date): the index
+        # asks on every request, the items are read again only after a change
+        self._newest: dict[tuple[str, str], tuple[float | None, int | None]] = {}
 
-    def base(self, request_base: str | None = None) -> str:
+    def base(self, server_base: str | None = None) -> str:
         if self._configured_base:
             return self._configured_base.rstrip("/")
-        if request_base:
-            return request_base.rstrip("/")
+        if server_base:
+            return server_base.rstrip("/")
         return self._default_base
 
     def published(self) -> list[StreamConfig]:
@@ -55,28 +90,31 @@ class Catalog:
     def _info(self, stream: StreamConfig, part: str | None, base: str) -> FeedInfo:
         publish = stream.publish
         assert publish is not None
-        title = publish.title.strip() or stream.name
+        title = label(publish.title, stream.name)
         name = stream.name if part is None else f"{stream.name}/{part}"
         return FeedInfo(
             name=name,
             stream=stream.name,
             part=part or "",
-            title=title if part is None else f"{title} — {part}",
+            title=title if part is None else f"{title} — {part_label(part)}",
             description=publish.description,
             keep=publish.keep_count,
             rss_url=base + feed_path(stream.name, part, "rss"),
             atom_url=base + feed_path(stream.name, part, "atom"),
-            html_url=f"{base}/#{html_anchor(name)}",
+            html_url=base + feed_path(stream.name, part, "html"),
             split=part is not None,
+            json_url=base + feed_path(stream.name, part, "json"),
+            index_url=f"{base}/",
+            hubs=hub_urls(self.config, base),
         )
 
     def _parts(self, stream: StreamConfig) -> list[str]:
         # "" is the part of unsplit output; a split stream never publishes it.
         return [p for p in self.store.parts(stream.name) if p != ""]
 
-    def groups(self, request_base: str | None = None) -> list[FeedGroup]:
+    def groups(self, server_base: str | None = None) -> list[FeedGroup]:
         """Every published stream, in config order, with its current feeds."""
-        base = self.base(request_base)
+        base = self.base(server_base)
         out: list[FeedGroup] = []
         for stream in self.published():
             publish = stream.publish
@@ -87,7 +125,7 @@ class Catalog:
             out.append(
                 FeedGroup(
                     stream=stream.name,
-                    title=publish.title.strip() or stream.name,
+                    title=label(publish.title, stream.name),
                     description=publish.description,
                     split=split,
                     html_url=f"{base}/#{html_anchor(stream.name)}",
@@ -96,12 +134,12 @@ class Catalog:
             )
         return out
 
-    def feeds(self, request_base: str | None = None) -> list[FeedInfo]:
+    def feeds(self, server_base: str | None = None) -> list[FeedInfo]:
         """Every feed document that exists now (split parts included)."""
-        return [f for g in self.groups(request_base) for f in g.feeds]
+        return [f for g in self.groups(server_base) for f in g.feeds]
 
     def lookup(
-        self, name: str, value: str | None = None, request_base: str | None = None
+        self, name: str, value: str | None = None, server_base: str | None = None
     ) -> FeedInfo | None:
         """The feed ``name`` (or part ``value`` of split stream ``name``), else None.
 
@@ -110,7 +148,7 @@ class Catalog:
         stream = self.config.streams.get(name)
         if stream is None or stream.publish is None:
             return None
-        base = self.base(request_base)
+        base = self.base(server_base)
         split = is_split(stream)
         if value is None:
             return None if split else self._info(stream, None, base)
@@ -123,10 +161,25 @@ class Catalog:
         return None
 
     def stats(self, feeds: Iterable[FeedInfo]) -> dict[str, FeedStats]:
-        return {
-            f.name: FeedStats(
+        """Each feed's item count, last change, and the date of its newest item."""
+        out: dict[str, FeedStats] = {}
+        for f in feeds:
+            updated = self.store.feed_updated(f.stream, f.part)
+            out[f.name] = FeedStats(
                 count=self.store.count(f.stream, f.part),
-                updated=self.store.feed_updated(f.stream, f.part),
+                updated=updated,
+                newest=self._newest_date(f, updated),
             )
-            for f in feeds
-        }
+        return out
+
+    def _newest_date(self, feed: FeedInfo, updated: float | None) -> int | None:
+        """The latest date among the items the feed shows (their own, else ingest time)."""
+        key = (feed.stream, feed.part)
+        known = self._newest.get(key)
+        if known is not None and known[0] == updated:
+            return known[1]
+        entries = self.store.latest(feed.stream, feed.part, feed.keep)
+        dates = [d for d in map(newest_date, entries) if d is not None]
+        newest = max(dates, default=None)
+        self._newest[key] = (updated, newest)
+        return newest

@@ -1,7 +1,8 @@
 """Static export of every published feed, for ``roses once`` under cron.
 
 The files mirror the server's URL layout, so the folder can be served by any web
-server: ``feeds/NAME.rss``, ``feeds/NAME/VALUE.atom``, ``feeds.opml``, ``index.html``.
+server: ``feeds/NAME.rss`` (and ``.atom``, ``.json``, ``.html``), ``feeds/NAME/VALUE.atom``,
+``feeds.opml`` (and ``feeds-json.opml``, listing the JSON Feeds), ``index.html``.
 Each file is replaced atomically so a web server never serves half a document.
 """
 
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from roses_app.config.model import Config
 from roses_app.items import safe_filename
-from roses_app.publish.catalog import Catalog
-from roses_app.publish.render import render_atom, render_index, render_opml, render_rss
+from roses_app.publish.catalog import FORMATS, Catalog, render_feed
+from roses_app.publish.pages import render_index, render_opml
 from roses_app.store import Store
 
 
@@ -33,12 +34,13 @@ def export_static(config: Config, store: Store, out_dir: Path) -> list[Path]:
     for info in feeds:
         entries = store.latest(info.stream, info.part, info.keep)
         updated = store.feed_updated(info.stream, info.part)
-        for fmt, render in (("rss", render_rss), ("atom", render_atom)):
+        for fmt in FORMATS:
             # A split value never escapes its folder: '/' and a leading '.' are quoted.
             name = f"{info.stream}/{safe_filename(info.part)}" if info.split else info.stream
             target = out_dir / "feeds" / f"{name}.{fmt}"
-            written.append(_write(target, render(info, entries, updated=updated)))
+            written.append(_write(target, render_feed(fmt, info, entries, updated)))
     written.append(_write(out_dir / "feeds.opml", render_opml(catalog.groups())))
+    written.append(_write(out_dir / "feeds-json.opml", render_opml(catalog.groups(), fmt="json")))
     written.append(
         _write(out_dir / "index.html", render_index(catalog.groups(), catalog.stats(feeds)))
     )

@@ -1,27 +1,38 @@
-"""Feed documents: RSS 2.0, Atom 1.0, OPML 2.0 and the HTML index.
+"""Feed documents: RSS 2.0 and Atom 1.0 (OPML and the HTML index: :mod:`.pages`).
 
 Every renderer is a pure function of its arguments: rendering the same entries twice
 gives the same bytes, so the body hash is a usable ETag.  Items are copied from the
 stored XML (with all their elements); an item without ``<pubDate>`` gets one from its
 timestamp and an item without ``<guid>`` gets the store's identity as a non-permalink
-guid, so that guids are stable across renders.
+guid, so that guids are stable across renders.  Every title, name and label is plain
+text (:func:`roses_app.publish.sanitize.plain_text`), in RSS as in Atom.
 """
 
 from __future__ import annotations
 
-import html
 import logging
 import re
+import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parseaddr, parsedate_to_datetime
 
 from lxml import etree
 
-from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, micros_of, parse_item, rfc822
-from roses_app.publish.sanitize import sanitize_item
+from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, parse_item, rfc822
+from roses_app.publish.itemfields import (
+    as_uri,
+    fix_dates,
+    fix_uris,
+    known_scheme,
+    parse_date,
+    people,
+    rss_known_elements,
+    rss_one_enclosure,
+    rss_people,
+    rss_without_itunes,
+)
+from roses_app.publish.sanitize import label, plain_text, sanitize_item
 from roses_app.store import StoredEntry
 
 log = logging.getLogger(__name__)
@@ -55,8 +66,12 @@ class FeedInfo:
     keep: int
     rss_url: str
     atom_url: str
-    html_url: str
+    html_url: str  # the feed's own HTML page (/feeds/NAME.html)
     split: bool = False
+    json_url: str = ""  # its JSON Feed 1.1 document
+    index_url: str = ""  # the index of every feed
+    # WebSub hubs the documents advertise (rel="hub"), ROSES's own first
+    hubs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,7 @@ class FeedGroup:
 class FeedStats:
     count: int
     updated: float | None
+    newest: int | None = None  # the date of the newest item (microseconds), None if empty
 
 
 # -- identifiers and dates -------------------------------------------------------------
@@ -98,19 +114,7 @@ def _iso_seconds(seconds: float) -> str:
     return iso8601(int(seconds * MICROS))
 
 
-def _parse_date(text: str | None) -> int | None:
-    """RFC 822 (pubDate) or ISO 8601 (dc:date) to microseconds, None if unreadable."""
-    if not text or not text.strip():
-        return None
-    text = text.strip()
-    try:
-        return micros_of(parsedate_to_datetime(text))
-    except (TypeError, ValueError, IndexError, OverflowError):
-        pass
-    try:
-        return micros_of(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError:
-        return None
+_parse_date = parse_date
 
 
 # -- item helpers ----------------------------------------------------------------------
@@ -133,8 +137,9 @@ def _inner_markup(el: etree._Element | None) -> str:
 
 
 def _item_element(entry: StoredEntry) -> etree._Element | None:
-    """The stored item as an ``<item>`` element, with pubDate and guid filled in, and
-    sanitized (HTML and URLs: see :mod:`roses_app.publish.sanitize`)."""
+    """The stored item as an ``<item>`` element, with its guid filled in, sanitized
+    (HTML and URLs: see :mod:`roses_app.publish.sanitize`), and its dates and URIs in
+    the forms RSS and Atom ask (:mod:`roses_app.publish.itemfields`)."""
     try:
         el = parse_item(entry.item)
     except etree.XMLSyntaxError as exc:
@@ -144,20 +149,33 @@ def _item_element(entry: StoredEntry) -> etree._Element | None:
         wrapper = etree.Element("item")
         wrapper.append(el)
         el = wrapper
-    if el.find("pubDate") is None:
-        etree.SubElement(el, "pubDate").text = rfc822(entry.ts)
+    fix_dates(el, _received(entry))
     if el.find("guid") is None:
         guid = etree.SubElement(el, "guid", isPermaLink="false")
         guid.text = entry.guid
-    return sanitize_item(el)
+    sanitize_item(el)
+    fix_uris(el)
+    return el
+
+
+def _received(entry: StoredEntry) -> int:
+    """When ROSES received an item, in microseconds.  All items of a poll share that
+    time (``entry.ts``); their order (``entry.seq``) tells them apart, under 1 ms after
+    it, so that entries keep distinct updated times (Atom readers expect them)."""
+    return entry.ts + entry.seq % 1000
 
 
 def _entry_times(el: etree._Element, entry: StoredEntry) -> tuple[int | None, int]:
-    """(published, updated) in microseconds: pubDate (or dc:date), else ts."""
-    published = _parse_date(el.findtext("pubDate"))
+    """(published, updated) in microseconds: pubDate (or dc:date) and atom:updated,
+    else the publication date.  An undated item has no published time; its updated
+    time is when ROSES received it (:func:`_received`)."""
+    published = parse_date(el.findtext("pubDate"))
     if published is None:
-        published = _parse_date(el.findtext(f"{{{DC_NS}}}date"))
-    return published, published if published is not None else entry.ts
+        published = parse_date(el.findtext(f"{{{DC_NS}}}date"))
+    updated = parse_date(el.findtext(f"{{{ATOM_NS}}}updated"))
+    if updated is None or (published is not None and updated < published):
+        updated = published
+    return published, updated if updated is not None else _received(entry)
 
 
 # -- RSS 2.0 ---------------------------------------------------------------------------
@@ -169,6 +187,23 @@ def _last_build(entries: Sequence[StoredEntry], updated: float | None) -> float 
     return max((e.updated_at for e in entries), default=None)
 
 
+def _rss_item(el: etree._Element) -> etree._Element:
+    """An item as RSS 2.0 has it: authors, one enclosure, no iTunes, a title or a
+    description (see :mod:`roses_app.publish.itemfields`)."""
+    rss_people(el)
+    rss_without_itunes(el)
+    rss_one_enclosure(el)
+    rss_known_elements(el)
+    title = el.find("title")
+    if title is not None and not (title.text or "").strip():
+        el.remove(title)
+        title = None
+    if title is None and not _inner_markup(el.find("description")).strip():
+        etree.SubElement(el, "title").text = _entry_title(el, _item_link(el))
+        el.insert(0, el[-1])
+    return el
+
+
 def render_rss(
     feed: FeedInfo, entries: Sequence[StoredEntry], *, updated: float | None = None
 ) -> bytes:
@@ -176,9 +211,10 @@ def render_rss(
     nsmap: dict[str | None, str] = {k: v for k, v in FEED_NAMESPACES.items()}
     rss = etree.Element("rss", nsmap=nsmap, version="2.0")
     channel = etree.SubElement(rss, "channel")
-    etree.SubElement(channel, "title").text = feed.title
+    title = label(feed.title, feed.stream)
+    etree.SubElement(channel, "title").text = title
     etree.SubElement(channel, "link").text = feed.html_url
-    etree.SubElement(channel, "description").text = feed.description or feed.title
+    etree.SubElement(channel, "description").text = plain_text(feed.description) or title
     last = _last_build(entries, updated)
     if last is not None:
         etree.SubElement(channel, "lastBuildDate").text = rfc822(int(last * MICROS))
@@ -191,10 +227,12 @@ def render_rss(
         rel="self",
         type=RSS_MEDIA_TYPE,
     )
+    for hub in feed.hubs:
+        etree.SubElement(channel, f"{{{ATOM_NS}}}link", href=hub, rel="hub")
     for entry in entries:
         el = _item_element(entry)
         if el is not None:
-            channel.append(el)
+            channel.append(_rss_item(el))
     etree.cleanup_namespaces(rss, top_nsmap=nsmap)
     return etree.tostring(rss, xml_declaration=True, encoding="utf-8")
 
@@ -209,46 +247,76 @@ def _a(parent: etree._Element, tag: str, text: str | None = None, **attrs: str) 
     return el
 
 
-def _person(parent: etree._Element, raw: str) -> None:
-    """RSS ``author`` ("mail@host (Name)" or a name) as an Atom person."""
-    raw = raw.strip()
-    if not raw:
-        return
-    name, email = raw, ""
-    match = re.fullmatch(r"\s*(\S+@\S+)\s*\((.+)\)\s*", raw)
-    if match:
-        email, name = match.group(1), match.group(2).strip()
+def _item_link(el: etree._Element) -> str:
+    """The item's web page: ``<link>``, else a permalink ``<guid>`` (as in Atom)."""
+    link = (el.findtext("link") or "").strip()
+    if link:
+        return link
+    guid = el.find("guid")
+    text = "" if guid is None else (guid.text or "").strip()
+    if guid is not None and guid.get("isPermaLink", "true") != "false":
+        uri = as_uri(text)
+        if uri is not None and re.match(r"https?://", uri):
+            return uri
+    return ""
+
+
+def _entry_title(el: etree._Element, link: str) -> str:
+    return _text(el.find("title")) or link or "(untitled)"
+
+
+def _atom_people_and_categories(out: etree._Element, el: etree._Element) -> None:
+    for person in people(el):
+        author = _a(out, "author")
+        _a(author, "name", person.name or person.email)
+        if person.email:
+            _a(author, "email", person.email)
+    for category in el.findall("category"):
+        term = _text(category)
+        if term:
+            attrs = {"term": term}
+            scheme = as_uri(category.get("domain"))
+            if scheme is not None and known_scheme(scheme):
+                attrs["scheme"] = scheme
+            _a(out, "category", **attrs)
+
+
+def _atom_text(out: etree._Element, el: etree._Element, title: str, link: str) -> None:
+    """Summary and content; RFC 4287 wants content when there is no alternate link,
+    and the validator some text in every entry: the title when there is nothing else."""
+    description = _inner_markup(el.find("description")).strip()
+    content = _inner_markup(el.find(f"{{{CONTENT_NS}}}encoded")).strip()
+    if content:
+        if description:
+            _a(out, "summary", description, type="html")
+        _a(out, "content", content, type="html")
+    elif not link:
+        _a(out, "content", description or title, type="html" if description else "text")
     else:
-        parsed_name, parsed_email = parseaddr(raw)
-        if parsed_email and "@" in parsed_email:
-            email, name = parsed_email, parsed_name or parsed_email
-    author = _a(parent, "author")
-    _a(author, "name", name)
-    if email:
-        _a(author, "email", email)
+        _a(out, "summary", description or title, type="html" if description else "text")
+
+
+def _title_attr(el: etree._Element) -> dict[str, str]:
+    title = plain_text(el.get("title") or "")
+    return {"title": title} if title else {}
 
 
 def _atom_entry(feed_el: etree._Element, el: etree._Element, entry: StoredEntry) -> None:
     published, updated = _entry_times(el, entry)
     out = _a(feed_el, "entry")
     _a(out, "id", entry_id(entry.guid))
-    link = el.findtext("link")
-    guid_el = el.find("guid")
-    guid_text = "" if guid_el is None else (guid_el.text or "").strip()
-    if (
-        (not link or not link.strip())
-        and guid_el is not None
-        and guid_el.get("isPermaLink", "true") != "false"
-        and re.match(r"https?://", guid_text)
-    ):
-        link = guid_text
-    title = _text(el.find("title")) or (link or "").strip() or "(untitled)"
+    link = _item_link(el)
+    title = _entry_title(el, link)
     _a(out, "title", title, type="text")
     _a(out, "updated", _iso(updated))
     if published is not None:
         _a(out, "published", _iso(published))
-    if link and link.strip():
-        _a(out, "link", rel="alternate", type="text/html", href=link.strip())
+    if link:
+        _a(out, "link", rel="alternate", type="text/html", href=link)
+    for related in el.findall(f"{{{ATOM_NS}}}link[@rel='related']"):
+        href = as_uri(related.get("href"))
+        if href is not None:
+            _a(out, "link", rel="related", href=href, **_title_attr(related))
     for enclosure in el.findall("enclosure"):
         url = enclosure.get("url")
         if url:
@@ -258,22 +326,8 @@ def _atom_entry(feed_el: etree._Element, el: etree._Element, entry: StoredEntry)
             if (enclosure.get("length") or "").isdigit():
                 attrs["length"] = enclosure.get("length", "")
             _a(out, "link", **attrs)
-    author = el.findtext("author") or el.findtext(f"{{{DC_NS}}}creator") or ""
-    _person(out, author)
-    for category in el.findall("category"):
-        term = _text(category)
-        if term:
-            attrs = {"term": term}
-            domain = category.get("domain") or ""
-            if ":" in domain:
-                attrs["scheme"] = domain
-            _a(out, "category", **attrs)
-    description = el.find("description")
-    if description is not None and _inner_markup(description).strip():
-        _a(out, "summary", _inner_markup(description), type="html")
-    content = el.find(f"{{{CONTENT_NS}}}encoded")
-    if content is not None and _inner_markup(content).strip():
-        _a(out, "content", _inner_markup(content), type="html")
+    _atom_people_and_categories(out, el)
+    _atom_text(out, el, title, link)
 
 
 def render_atom(
@@ -282,12 +336,15 @@ def render_atom(
     """An Atom 1.0 document of ``entries`` (newest first, as given)."""
     root = etree.Element(f"{{{ATOM_NS}}}feed", nsmap={None: ATOM_NS})
     _a(root, "id", feed_id(feed))
-    _a(root, "title", feed.title, type="text")
-    if feed.description:
-        _a(root, "subtitle", feed.description, type="text")
+    _a(root, "title", label(feed.title, feed.stream), type="text")
+    if plain_text(feed.description):
+        _a(root, "subtitle", plain_text(feed.description), type="text")
     last = _last_build(entries, updated)
-    _a(root, "updated", _iso_seconds(last) if last is not None else _iso(0))
+    # an empty feed was last changed when this document was made
+    _a(root, "updated", _iso_seconds(last if last is not None else time.time()))
     _a(root, "link", rel="self", type=ATOM_MEDIA_TYPE, href=feed.atom_url)
+    for hub in feed.hubs:
+        _a(root, "link", rel="hub", href=hub)
     _a(root, "link", rel="alternate", type="text/html", href=feed.html_url)
     author = _a(root, "author")
     _a(author, "name", GENERATOR)
@@ -297,142 +354,3 @@ def render_atom(
         if el is not None:
             _atom_entry(root, el, entry)
     return etree.tostring(root, xml_declaration=True, encoding="utf-8")
-
-
-# -- grouping for OPML and the index ---------------------------------------------------
-
-
-def _groups(feeds: Iterable[FeedGroup | FeedInfo]) -> list[FeedGroup]:
-    """Accept groups, or flat FeedInfos (grouped here by stream, in order)."""
-    out: list[FeedGroup] = []
-    pending: dict[str, list[FeedInfo]] = {}
-    order: list[str | FeedGroup] = []
-    for item in feeds:
-        if isinstance(item, FeedGroup):
-            order.append(item)
-        else:
-            if item.stream not in pending:
-                pending[item.stream] = []
-                order.append(item.stream)
-            pending[item.stream].append(item)
-    for entry in order:
-        if isinstance(entry, FeedGroup):
-            out.append(entry)
-            continue
-        members = pending[entry]
-        first = members[0]
-        split = first.split
-        title = first.title.rsplit(" — ", 1)[0] if split else first.title
-        out.append(
-            FeedGroup(
-                stream=entry,
-                title=title,
-                description=first.description,
-                split=split,
-                html_url=first.html_url,
-                feeds=tuple(members),
-            )
-        )
-    return out
-
-
-# -- OPML 2.0 --------------------------------------------------------------------------
-
-
-def render_opml(feeds: Iterable[FeedGroup | FeedInfo], *, title: str = "ROSES feeds") -> bytes:
-    """OPML 2.0 listing every published feed; split parts nest under their stream."""
-    opml = etree.Element("opml", version="2.0")
-    head = etree.SubElement(opml, "head")
-    etree.SubElement(head, "title").text = title
-    etree.SubElement(head, "docs").text = "http://opml.org/spec2.opml"
-    body = etree.SubElement(opml, "body")
-
-    def outline(parent: etree._Element, feed: FeedInfo) -> None:
-        attrs = {
-            "text": feed.title,
-            "title": feed.title,
-            "type": "rss",
-            "xmlUrl": feed.rss_url,
-            "htmlUrl": feed.html_url,
-        }
-        if feed.description:
-            attrs["description"] = feed.description
-        etree.SubElement(parent, "outline", **attrs)
-
-    for group in _groups(feeds):
-        if not group.split:
-            for feed in group.feeds:
-                outline(body, feed)
-        elif group.feeds:
-            folder = etree.SubElement(body, "outline", text=group.title, title=group.title)
-            for feed in group.feeds:
-                outline(folder, feed)
-    return etree.tostring(opml, xml_declaration=True, encoding="utf-8")
-
-
-# -- HTML index ------------------------------------------------------------------------
-
-
-def html_anchor(name: str) -> str:
-    """The id of a feed's section on the index page."""
-    return "feed-" + re.sub(r"[^A-Za-z0-9_.:-]", lambda m: f"_{ord(m.group()):x}_", name)
-
-
-def _when(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def render_index(
-    feeds: Iterable[FeedGroup | FeedInfo],
-    stats: Mapping[str, FeedStats] | None = None,
-    *,
-    title: str = "ROSES feeds",
-    opml_url: str = "/feeds.opml",
-) -> bytes:
-    """An HTML page listing every published feed with its links; all text is escaped.
-
-    ``stats`` maps a feed's ``name`` to its item count and last update.
-    """
-    esc = html.escape
-    stats = stats or {}
-    lines = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title>",
-        f'<link rel="alternate" type="{OPML_MEDIA_TYPE}" title="OPML" href="{esc(opml_url)}">',
-        "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto;padding:0 1em}"
-        "li{margin:.3em 0}.meta{color:#666;font-size:90%}</style>",
-        "</head><body>",
-        f"<h1>{esc(title)}</h1>",
-        f'<p>Subscribe to all of them at once: <a href="{esc(opml_url)}">OPML</a>.</p>',
-    ]
-
-    def feed_line(feed: FeedInfo, label: str) -> str:
-        st = stats.get(feed.name)
-        meta = ""
-        if st is not None:
-            meta = f' <span class="meta">{st.count} items, updated {esc(_when(st.updated))}</span>'
-        return (
-            f'<li id="{esc(html_anchor(feed.name))}">{esc(label)} — '
-            f'<a href="{esc(feed.rss_url)}" type="{RSS_MEDIA_TYPE}">RSS</a> · '
-            f'<a href="{esc(feed.atom_url)}" type="{ATOM_MEDIA_TYPE}">Atom</a>{meta}</li>'
-        )
-
-    groups = _groups(feeds)
-    if not groups:
-        lines.append("<p>No stream is published yet: add <code>publish:</code> to a stream.</p>")
-    for group in groups:
-        lines.append(f'<section id="{esc(html_anchor(group.stream))}">')
-        lines.append(f"<h2>{esc(group.title)}</h2>")
-        if group.description:
-            lines.append(f"<p>{esc(group.description)}</p>")
-        lines.append("<ul>")
-        if group.split and not group.feeds:
-            lines.append("<li>No output yet: a feed appears for each value as it appears.</li>")
-        for feed in group.feeds:
-            lines.append(feed_line(feed, feed.part if group.split else feed.title))
-        lines.append("</ul></section>")
-    lines.append("</body></html>")
-    return ("\n".join(lines) + "\n").encode("utf-8")

@@ -2,20 +2,28 @@
 
 Routes::
 
-    /                              HTML index of every published feed
-    /feeds.opml                    OPML 2.0 list of every published feed
-    /feeds/NAME.rss | .atom        a published stream
-    /feeds/NAME/VALUE.rss | .atom  one value of a split stream (VALUE percent-quoted)
-    /healthz                       JSON from the health callback; 200 if ok, else 503
+    /                                 HTML index of every published feed
+    /feeds.opml                       OPML 2.0 list of every published feed
+    /feeds-json.opml                  the same, listing their JSON Feed documents
+    /feeds/NAME.rss | .atom | .json   a published stream (RSS 2.0, Atom 1.0, JSON Feed 1.1)
+    /feeds/NAME.html                  its page: the latest items, subscribe links
+    /feeds/NAME/VALUE.rss ... .html   one value of a split stream (VALUE percent-quoted)
+    /healthz                          JSON from the health callback; 200 if ok, else 503
 
-Feed documents carry a strong ETag (hash of the body) and Last-Modified (last change in
-the store) and answer conditional requests with 304; gzip is negotiated.
+Documents are rendered once per change in the store and served from a
+:class:`~roses_app.publish.cache.RenderCache` (with their gzipped body); they carry a
+strong ETag (hash of the body) and Last-Modified (last change in the store) and answer
+conditional requests with 304.  ``/healthz`` runs on threads of its own, so that it
+answers while every other thread waits for a render.
+
+Absolute links (feeds, OPML, index) use ``settings.http.base_url``, else the configured
+host and the port the server listens on: never a request's ``Host`` header, which
+anyone can set.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import socket
@@ -27,34 +35,28 @@ from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from roses_app.config.model import Config
-from roses_app.publish.catalog import FORMATS, Catalog
-from roses_app.publish.render import (
-    ATOM_MEDIA_TYPE,
-    OPML_MEDIA_TYPE,
-    RSS_MEDIA_TYPE,
-    render_atom,
-    render_index,
-    render_opml,
-    render_rss,
-)
+from roses_app.publish.cache import Document, RenderCache, etag_of
+from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, render_feed
+from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
+from roses_app.publish.pages import render_index, render_opml
+from roses_app.publish.render import OPML_MEDIA_TYPE, FeedInfo
+from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
 from roses_app.store import Store
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(HTTP_LOGGER)
 
-GZIP_MINIMUM_SIZE = 256
+__all__ = ["HttpServer", "create_app", "etag_of"]
 
-
-def etag_of(body: bytes) -> str:
-    return '"' + hashlib.sha256(body).hexdigest()[:40] + '"'
+HEALTH_THREADS = 2
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 def _etag_matches(header: str, etag: str) -> bool:
@@ -83,24 +85,48 @@ def _not_modified(request: Request, etag: str, updated: float | None) -> bool:
     return int(updated) <= since
 
 
-def conditional_response(
-    request: Request,
-    body: bytes,
-    media_type: str,
-    updated: float | None = None,
-) -> Response:
-    """200 with ETag/Last-Modified, or 304 without a body if the client is up to date."""
-    etag = etag_of(body)
-    headers = {"ETag": etag, "Cache-Control": "no-cache"}
-    if updated is not None:
-        headers["Last-Modified"] = formatdate(int(updated), usegmt=True)
-    if _not_modified(request, etag, updated):
+def accepts_gzip(header: str) -> bool:
+    """True when an Accept-Encoding header allows gzip (``gzip;q=0`` refuses it)."""
+    for part in header.split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip().lower() not in ("gzip", "x-gzip", "*"):
+            continue
+        name, _, value = params.strip().partition("=")
+        if name.strip().lower() != "q":
+            return True
+        try:
+            return float(value) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def document_response(request: Request, doc: Document) -> Response:
+    """200 with ETag/Last-Modified (gzipped if the client accepts it), or 304."""
+    headers = {"ETag": doc.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    if doc.updated is not None:
+        headers["Last-Modified"] = formatdate(int(doc.updated), usegmt=True)
+    if _not_modified(request, doc.etag, doc.updated):
         return Response(status_code=304, headers=headers)
-    return Response(body, media_type=f"{media_type}; charset=utf-8", headers=headers)
+    body = doc.body
+    if doc.gzipped is not None and accepts_gzip(request.headers.get("accept-encoding", "")):
+        body = doc.gzipped
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, media_type=f"{doc.media_type}; charset=utf-8", headers=headers)
 
 
-def _request_base(request: Request) -> str:
-    return str(request.base_url).rstrip("/")
+def server_base(config: Config, request: Request) -> str:
+    """``base_url``, else ``http://HOST:PORT`` of the configured host and the port the
+    connection came in on (the bound one when the configured port is 0).  With a
+    wildcard host (0.0.0.0, ::), the local address the connection came in on."""
+    http = config.settings.http
+    if http.base_url:
+        return http.base_url.rstrip("/")
+    server = request.scope.get("server") or (http.host, http.port)
+    host = http.host if http.host not in WILDCARD_HOSTS else str(server[0])
+    port = server[1] if server[1] is not None else http.port
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}"
 
 
 def _split_feed_path(request: Request) -> tuple[str, str | None, str] | None:
@@ -122,63 +148,19 @@ def _split_feed_path(request: Request) -> tuple[str, str | None, str] | None:
     return unquote(name), (unquote(value) if slash else None), fmt
 
 
-def create_app(
-    config: Config,
-    store: Store,
-    health: Callable[[], Mapping[str, Any]],
-) -> Starlette:
-    """The Starlette application serving the published feeds of ``config`` from ``store``."""
-    catalog = Catalog(config, store)
+def _healthz(health: Callable[[], Mapping[str, Any]]) -> Callable[[Request], Any]:
+    # Its own threads: the shared pool may be full of requests waiting for a render.
+    limiter = anyio.CapacityLimiter(HEALTH_THREADS)
 
-    def index(request: Request) -> Response:
-        groups = catalog.groups(_request_base(request))
-        stats = catalog.stats(f for g in groups for f in g.feeds)
-        body = render_index(groups, stats)
-        return conditional_response(request, body, "text/html")
-
-    def opml(request: Request) -> Response:
-        body = render_opml(catalog.groups(_request_base(request)))
-        return conditional_response(request, body, OPML_MEDIA_TYPE)
-
-    def feed(request: Request) -> Response:
-        parsed = _split_feed_path(request)
-        info = None
-        if parsed is not None:
-            name, value, fmt = parsed
-            info = catalog.lookup(name, value, _request_base(request))
-        if parsed is None or info is None:
-            return _not_found(request)
-        # Read the time first: a write in between then makes Last-Modified too old (an
-        # extra 200 later), never too new (a 304 that would hide the write).
-        updated = store.feed_updated(info.stream, info.part)
-        entries = store.latest(info.stream, info.part, info.keep)
-        if fmt == "rss":
-            return conditional_response(
-                request, render_rss(info, entries, updated=updated), RSS_MEDIA_TYPE, updated
-            )
-        return conditional_response(
-            request, render_atom(info, entries, updated=updated), ATOM_MEDIA_TYPE, updated
-        )
-
-    def _not_found(request: Request) -> Response:
-        base = _request_base(request)
-        lines = [f"No published feed at {request.url.path}.", ""]
-        feeds = catalog.feeds(base)
-        if feeds:
-            lines.append("Published feeds:")
-            lines.extend(f"  {f.title}: {f.rss_url}  {f.atom_url}" for f in feeds)
-        else:
-            lines.append("No feed is published yet (a stream needs `publish:` in feeds.yaml;")
-            lines.append("a split stream's feeds appear once its first items are processed).")
-        lines += ["", f"Index: {base}/   OPML: {base}/feeds.opml"]
-        return PlainTextResponse("\n".join(lines) + "\n", status_code=404)
-
-    def healthz(request: Request) -> Response:
+    def probe() -> dict[str, Any]:
         try:
-            info: dict[str, Any] = dict(health())
+            return dict(health())
         except Exception as exc:  # a broken probe is unhealthy, not a 500
             log.exception("health check failed")
-            info = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    async def healthz(request: Request) -> Response:
+        info = await anyio.to_thread.run_sync(probe, limiter=limiter)
         ok = bool(info.get("ok", info.get("status") == "ok"))
         body = json.dumps(info, default=str, sort_keys=True).encode("utf-8")
         return Response(
@@ -188,18 +170,127 @@ def create_app(
             headers={"Cache-Control": "no-store"},
         )
 
+    return healthz
+
+
+def _metrics(exposition: Callable[[], tuple[bytes, str]]) -> Callable[[Request], Any]:
+    """``GET /metrics``: the Prometheus text format, on the health check's threads."""
+    limiter = anyio.CapacityLimiter(HEALTH_THREADS)
+
+    async def metrics(request: Request) -> Response:
+        body, content_type = await anyio.to_thread.run_sync(exposition, limiter=limiter)
+        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
+
+    return metrics
+
+
+class _Pages:
+    """The request handlers of the documents: each served from the render cache."""
+
+    def __init__(self, config: Config, store: Store, documents: RenderCache) -> None:
+        self.config = config
+        self.store = store
+        self.catalog = Catalog(config, store)
+        self.documents = documents
+
+    def index(self, request: Request) -> Response:
+        groups = self.catalog.groups(server_base(self.config, request))
+        stats = self.catalog.stats(f for g in groups for f in g.feeds)
+        version = (tuple(groups), tuple(sorted(stats.items())))
+        doc = self.documents.get(
+            "index", version, lambda: render_index(groups, stats), media_type="text/html"
+        )
+        return document_response(request, doc)
+
+    def opml(self, request: Request) -> Response:
+        # /feeds.opml lists the RSS documents, /feeds-json.opml the JSON Feed ones
+        fmt = "json" if request.url.path.endswith("-json.opml") else "rss"
+        groups = tuple(self.catalog.groups(server_base(self.config, request)))
+        doc = self.documents.get(
+            ("opml", fmt),
+            groups,
+            lambda: render_opml(groups, fmt=fmt),
+            media_type=OPML_MEDIA_TYPE,
+        )
+        return document_response(request, doc)
+
+    def feed(self, request: Request) -> Response:
+        parsed = _split_feed_path(request)
+        info = None
+        if parsed is not None:
+            name, value, fmt = parsed
+            info = self.catalog.lookup(name, value, server_base(self.config, request))
+        if parsed is None or info is None:
+            return self.not_found(request)
+        response = document_response(request, self.document(info, fmt))
+        if fmt in TOPIC_FORMATS:  # WebSub discovery (the documents say it too)
+            response.headers["Link"] = link_header(info, fmt)
+        return response
+
+    def document(self, info: FeedInfo, fmt: str) -> Document:
+        """``info`` in format ``fmt``, from the render cache; the WebSub hub sends the
+        same document to subscribers."""
+        # The version is read before the entries: a write in between gives a document
+        # newer than its version (one more render later), never an older one.
+        updated = self.store.feed_updated(info.stream, info.part)
+        media_type = RENDERERS[fmt][1]
+
+        def rendered() -> bytes:
+            entries = self.store.latest(info.stream, info.part, info.keep)
+            return render_feed(fmt, info, entries, updated)
+
+        return self.documents.get(
+            (info, fmt), updated, rendered, media_type=media_type, updated=updated
+        )
+
+    def not_found(self, request: Request) -> Response:
+        base = server_base(self.config, request)
+        lines = [f"No published feed at {request.url.path}.", ""]
+        feeds = self.catalog.feeds(base)
+        if feeds:
+            lines.append("Published feeds:")
+            lines.extend(f"  {f.title}: {f.rss_url}  {f.atom_url}" for f in feeds)
+        else:
+            lines.append("No feed is published yet (a stream needs `publish:` in feeds.yaml;")
+            lines.append("a split stream's feeds appear once its first items are processed).")
+        lines += ["", f"Index: {base}/   OPML: {base}/feeds.opml"]
+        return PlainTextResponse("\n".join(lines) + "\n", status_code=404)
+
+
+def create_app(
+    config: Config,
+    store: Store,
+    health: Callable[[], Mapping[str, Any]],
+    *,
+    cache: RenderCache | None = None,
+    metrics: Callable[[], tuple[bytes, str]] | None = None,
+    hub: Hub | None = None,
+) -> Starlette:
+    """The Starlette application serving the published feeds of ``config`` from ``store``.
+
+    ``cache``: where rendered documents are kept (a new one by default); ``metrics``:
+    what ``/metrics`` serves (body, content type), e.g. ``Metrics.exposition``;
+    ``hub``: the WebSub hub served at ``POST /websub/hub`` (started by the caller).
+    """
+    pages = _Pages(config, store, cache if cache is not None else RenderCache())
     routes = [
-        Route("/", index),
-        Route("/feeds.opml", opml),
-        Route("/feeds/{rest:path}", feed),
-        Route("/healthz", healthz),
+        Route("/", pages.index),
+        Route("/feeds.opml", pages.opml),
+        Route("/feeds-json.opml", pages.opml),
+        Route("/feeds/{rest:path}", pages.feed),
+        Route("/healthz", _healthz(health)),
     ]
-    app = Starlette(
-        routes=routes,
-        middleware=[Middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_SIZE)],
-    )
-    app.state.catalog = catalog
+    if metrics is not None:
+        routes.append(Route("/metrics", _metrics(metrics)))
+    if hub is not None:
+        hub.bind(pages.document)
+        endpoint = hub.endpoint(lambda request: server_base(config, request))
+        routes.append(Route(HUB_PATH, endpoint, methods=["POST"]))
+    # No gzip middleware: documents are gzipped once, in the cache; the rest is small.
+    app = Starlette(routes=routes)
+    app.state.catalog = pages.catalog
     app.state.store = store
+    app.state.render_cache = pages.documents
     return app
 
 
@@ -223,6 +314,7 @@ class HttpServer:
         self.host = host
         self._requested_port = port
         self._bound_port: int | None = None
+        quiet_uvicorn()
         self._config = uvicorn.Config(
             app,
             host=host,
@@ -311,7 +403,7 @@ class HttpServer:
                     self._server.should_exit = True
                     raise TimeoutError(f"the HTTP server did not start within {timeout}s")
                 time.sleep(0.01)
-            log.info("serving feeds on %s", self.url)
+            log.info("listening on %s", self.url)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop accepting connections, let requests in flight finish, then return."""

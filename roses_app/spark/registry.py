@@ -35,13 +35,21 @@ class LowerContext:
     """What every handler may use: the spool's event stream (with its watermark), the
     namespaces, the allowed lateness (µs), the accumulator counting items dropped by
     failing functions, per step, and the nodes already computed elsewhere (the fused
-    stateless stage's outputs), which are read instead of lowered."""
+    stateless stage's outputs), which are read instead of lowered.
+
+    ``lowered`` keeps the frame of every node object lowered with this context, so a
+    sub-plan that several paths reach is lowered once (a plan is a DAG: lowering it as
+    a tree may double the work per level); keyed by object, each keeps its origin's
+    error counts, and holds the node so that its id is not reused."""
 
     events: DataFrame
     namespaces: Namespaces = ()
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
     computed: Mapping[Node, DataFrame] = field(default_factory=dict)
+    lowered: dict[int, tuple[Node, DataFrame]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def on_error(self, node: Node) -> udfs.ErrorHook:
         return udfs.error_hook(udfs.Step.of(node), self.errors)
@@ -54,11 +62,15 @@ def _dispatch(node: Node, ctx: LowerContext) -> DataFrame:
 
 def lower(node: Node, ctx: LowerContext) -> DataFrame:
     """``node`` as a streaming DataFrame of events: read when already computed, else
-    through its type's handler."""
+    through its type's handler (once per node object)."""
     done = ctx.computed.get(node)
     if done is not None:
         return done
-    return _dispatch(node, ctx)
+    found = ctx.lowered.get(id(node))
+    if found is None:
+        found = (node, _dispatch(node, ctx))
+        ctx.lowered[id(node)] = found
+    return found[1]
 
 
 register = _dispatch.register

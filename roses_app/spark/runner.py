@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pyspark import Accumulator, SparkContext
+from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -34,7 +34,6 @@ from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
-from roses_app.errors import QueryError
 from roses_app.spark.frontier import FrontierLog
 from roses_app.spark.fused import fused_frame
 from roses_app.spark.layout import (
@@ -47,7 +46,7 @@ from roses_app.spark.layout import (
     save_generation,
 )
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
-from roses_app.spark.progress import RunProgress, running_tasks
+from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.registry import above_watermark
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL, last_archived_seq
@@ -115,16 +114,8 @@ def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
     return spark.sparkContext.accumulator({}, CountsParam())
 
 
-@dataclass
-class RunningQuery:
-    name: str  # "stateless" or a generation's id
-    streams: frozenset[str]  # the streams whose output it writes
-    query: StreamingQuery
-    # starts the same query again from its checkpoint (after a failure)
-    restart: Callable[[], StreamingQuery]
-
-
-BatchHandler = Callable[[DataFrame, int], None]
+BatchHandler = Callable[[DataFrame, int], int]  # returns the rows it wrote
+BatchHook = Callable[[str, int, float], None]  # query, rows written, seconds
 
 
 @dataclass(frozen=True)
@@ -141,6 +132,7 @@ class Engine:
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
     max_batch_bytes: int = MAX_BATCH_BYTES
+    on_batch: BatchHook | None = None  # told of each micro-batch (metrics)
 
     @property
     def checkpoints(self) -> Path:
@@ -154,13 +146,26 @@ class Engine:
         writer = (
             frame.writeStream.queryName(qid.replace("-", "_"))
             .option("checkpointLocation", str(self.checkpoints / qid))
-            .foreachBatch(handle)
+            .foreachBatch(self.timed(qid, handle))
         )
         if self.once:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
         return writer.start()
+
+    def timed(self, qid: str, handle: BatchHandler) -> Callable[[DataFrame, int], None]:
+        """``handle``, telling ``on_batch`` the rows it wrote and the time it took (the
+        micro-batch's computation runs inside it: the handler collects the result)."""
+        hook = self.on_batch
+
+        def run(batch: DataFrame, batch_id: int) -> None:
+            started = time.perf_counter()
+            rows = handle(batch, batch_id)
+            if hook is not None:
+                hook(qid, rows, time.perf_counter() - started)
+
+        return run
 
     def start(
         self, name: str, streams: frozenset[str], frame: DataFrame, handle: BatchHandler
@@ -291,13 +296,14 @@ def stateless_handler(
     frontier_keys: set[str] | None,
     readers: Sequence[str],
 ) -> BatchHandler:
-    def handle(batch: DataFrame, batch_id: int) -> None:
+    def handle(batch: DataFrame, batch_id: int) -> int:
         rows, frontier, latest_ts, latest_seq = split_rows(
             batch.toArrow(), program, streams_of, frontier_keys
         )
         if frontier_keys is not None and (frontier or latest_seq):
             engine.frontier.write_live(readers, batch_id, frontier, latest_ts, latest_seq)
         engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
+        return len(rows)
 
     return handle
 
@@ -391,7 +397,7 @@ def query_frames(
 
 
 def output_handler(engine: Engine, generation: Generation) -> BatchHandler:
-    def handle(batch: DataFrame, batch_id: int) -> None:
+    def handle(batch: DataFrame, batch_id: int) -> int:
         # Arrow transfer: several times faster than collect() for big batches.
         table = batch.toArrow()
         columns = [table.column(name).to_pylist() for name in OUTPUT_COLUMNS]
@@ -400,45 +406,6 @@ def output_handler(engine: Engine, generation: Generation) -> BatchHandler:
         # (the generation runs its plans as they were) publish nothing.
         rows = [r for r in dict.fromkeys(zip(*columns, strict=True)) if r[0] in generation.live]
         engine.sink.write_batch(generation.id, batch_id, rows)
+        return len(rows)
 
     return handle
-
-
-# -- control ---------------------------------------------------------------------------
-
-
-def await_all(
-    queries: Sequence[RunningQuery],
-    progress: Callable[[str], None] | None = None,
-    total_events: int | None = None,
-    every: int = 1,
-) -> None:
-    """Wait until every query has ended (a finite run); with ``progress``, hand it a
-    line of what they have done every ``every`` seconds (see :mod:`.progress`)."""
-    counts = RunProgress(total_events)
-
-    def report(tasks: tuple[int, int]) -> None:
-        if progress is not None:
-            progress(counts.line({r.name: r.query.recentProgress for r in queries}, tasks))
-
-    for running in queries:
-        while not running.query.awaitTermination(every):
-            report(running_tasks(SparkContext.getOrCreate()) if progress else (0, 0))
-        exc = running.query.exception()
-        if exc is not None:
-            raise QueryError(f"query {running.name} failed: {exc}") from exc
-    report((0, 0))
-
-
-def stop_gracefully(queries: Sequence[RunningQuery], timeout: float = 60.0) -> None:
-    """Let a micro-batch in flight finish, then stop each query."""
-    deadline = time.monotonic() + timeout
-    for running in queries:
-        while running.query.isActive and running.query.status.get("isTriggerActive"):
-            if time.monotonic() > deadline:
-                log.warning(
-                    "query %s: batch still running after %.0fs, stopping it", running.name, timeout
-                )
-                break
-            time.sleep(0.1)
-        running.query.stop()

@@ -1,11 +1,32 @@
-"""Building the SparkSession ROSES runs on."""
+"""Building the SparkSession ROSES runs on, and the JVM under it.
+
+ROSES starts Spark's JVM itself (pyspark's ``launch_gateway``) rather than letting
+the first SparkContext do it, for three reasons:
+
+* **Stopping is ours.** The JVM, and the Python workers it forks, run in a session of
+  their own: neither a terminal's Ctrl-C nor ``kill -TERM -PGID`` (systemd) reaches
+  them, so they cannot die under the batch in flight.  The daemon stops the queries
+  itself, then the JVM; at interpreter exit the JVM is asked to exit and waited for.
+* **The data folder lock** (``keep_fds``) is inherited by the JVM, so the folder stays
+  locked until the JVM, which writes the checkpoints, is gone too.
+* **A readable log.** The JVM's stderr is relayed line by line, without the one
+  warning every JVM prints for the incubator module Spark always asks for.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import signal
+import subprocess
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from roses_app.config.model import SparkSettings
@@ -15,6 +36,11 @@ log = logging.getLogger(__name__)
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# printed by the JVM itself for Spark's --add-modules=jdk.incubator.vector; says nothing
+# a user can act on
+DROPPED_JVM_LINES = (b"WARNING: Using incubator modules:",)
+JVM_EXIT_SECONDS = 30.0  # at exit, how long the JVM may take to shut down
+_silenced = threading.Event()  # set: the JVM's stderr is drained, not relayed
 
 
 def session_conf(settings: SparkSettings) -> dict[str, str]:
@@ -52,14 +78,96 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
     return conf
 
 
-def build_session(settings: SparkSettings, cache_dir: Path) -> SparkSession:
-    """Get or create the SparkSession, making sure a usable Java runtime is there."""
+def build_session(
+    settings: SparkSettings, cache_dir: Path, keep_fds: Sequence[int] = ()
+) -> SparkSession:
+    """Get or create the SparkSession, making sure a usable Java runtime is there.
+
+    ``keep_fds`` are inherited by the JVM when this call starts it (the data folder
+    lock). The caller's SIGINT handler stays in place.
+    """
     apply_java_env(cache_dir)
     # Spark binds to 127.0.0.1 and does not warn that the host name is a loopback one.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = session_conf(settings)
+    start_jvm(SparkConf().setAll(list(conf.items())), keep_fds)
     builder = SparkSession.builder
-    for key, value in session_conf(settings).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
+    previous = signal.getsignal(signal.SIGINT)
     spark = builder.getOrCreate()
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        # pyspark's handler cancels every job and raises KeyboardInterrupt: a batch
+        # cut in the middle and pages of traces instead of a clean stop.
+        signal.signal(signal.SIGINT, previous)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def start_jvm(conf: SparkConf, keep_fds: Sequence[int] = ()) -> None:
+    """Start Spark's JVM in its own session, stderr relayed, unless one runs already."""
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        read_end, write_end = os.pipe()
+        threading.Thread(
+            target=relay_stderr, args=(read_end,), name="jvm-stderr", daemon=True
+        ).start()
+        try:
+            gateway = launch_gateway(
+                conf,
+                popen_kwargs={
+                    "start_new_session": True,
+                    "pass_fds": tuple(keep_fds),
+                    "stderr": write_end,
+                },
+            )
+        finally:
+            os.close(write_end)  # the JVM holds its own copy: EOF comes when it exits
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+    atexit.register(stop_jvm, gateway.proc)
+
+
+def silence_jvm() -> None:
+    """Relay nothing more from the JVM (it is being torn down on purpose)."""
+    _silenced.set()
+
+
+def relay_stderr(fd: int) -> None:
+    """Copy the JVM's stderr to ours, line by line, dropping DROPPED_JVM_LINES."""
+    with open(fd, "rb") as lines:
+        for line in lines:
+            if _silenced.is_set() or line.startswith(DROPPED_JVM_LINES):
+                continue
+            # fd 2 itself, as the JVM had before: whatever stderr is now (a file, a
+            # pytest capture), the lines land there
+            view = memoryview(line)
+            with contextlib.suppress(OSError):  # stderr gone: keep draining the pipe
+                while view:
+                    view = view[os.write(2, view) :]
+
+
+def stop_jvm(proc: subprocess.Popen[bytes] | None) -> None:
+    """Let the JVM exit (it does when its stdin closes) and wait for it, so that what
+    it holds (checkpoint files, the data folder lock) is free when ROSES exits."""
+    if proc is None or proc.poll() is not None:
+        return
+    context = SparkContext._active_spark_context
+    if context is not None and context._accumulatorServer is not None:
+        # Stopped first (it returns once its handler has), so that it no longer reads
+        # when the JVM's connection to it closes: else it prints that EOF as an error.
+        # No py4j call here: the JVM stops its SparkContext itself as it exits.
+        context._accumulatorServer.shutdown()
+        context._accumulatorServer = None  # type: ignore[assignment]
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    try:
+        proc.wait(timeout=JVM_EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        log.warning(
+            "Spark's JVM (pid %d) did not exit in %.0fs: killing it", proc.pid, JVM_EXIT_SECONDS
+        )
+        proc.kill()
+        proc.wait()

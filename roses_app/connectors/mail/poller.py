@@ -6,10 +6,12 @@ servers use :meth:`MailPoller.sync_imap` and :meth:`MailPoller.receive` with the
 same bookkeeping.  Results are :class:`~roses_app.connectors.poller.PollResult`
 (``ok``, ``skipped_backoff`` or ``error``), like the feed connector's.
 
-Each message is xml-ized (:func:`~roses_app.connectors.mail.xmlize.xmlize_message`)
-and handed to the sink unless this source already handed over the same Maildir file
-or the same item (``i:`` + hash of the item, which holds the guid): so a restart, an
-IMAP UIDVALIDITY change or an mbox rewritten in place never yields an item twice.
+Each message is xml-ized (:func:`~roses_app.connectors.mail.xmlize.message_item`),
+given its guid (its Message-ID, told apart from other mails of the source that share
+it: :mod:`~roses_app.connectors.mail.identity`) and handed to the sink unless this
+source already handed over the same Maildir file or the same item (``i:`` + hash of
+the item, which holds the guid): so a restart, an IMAP UIDVALIDITY change or an mbox
+rewritten in place never yields an item twice.
 Messages go to the sink in batches; after each accepted batch the new read position
 (IMAP UID, mbox offset) and the seen keys are committed in one transaction.  When the
 sink raises, nothing of that batch is remembered: the same messages are read again
@@ -28,13 +30,16 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from lxml import etree
+
 from roses_app.config.model import MailSource
 from roses_app.connectors.common import SourceLocks, backoff_delay, describe
+from roses_app.connectors.mail.identity import identify
 from roses_app.connectors.mail.imap import ImapSession
 from roses_app.connectors.mail.maildir import read_maildir
 from roses_app.connectors.mail.mbox import read_mbox
 from roses_app.connectors.mail.state import MailState, MailStateStore
-from roses_app.connectors.mail.xmlize import xmlize_message
+from roses_app.connectors.mail.xmlize import message_item
 from roses_app.connectors.poller import PollResult, Sink
 from roses_app.errors import RosesError
 from roses_app.items import content_hash
@@ -64,37 +69,51 @@ class _Run:
         (new values of :class:`MailState` fields); raises when the sink does."""
         items: list[tuple[str, int | None]] = []
         keys: list[str] = []
+        guids: dict[str, str] = {}  # guids first held in this batch -> digest
         for reader_key, raw in messages:
             if reader_key is not None and (reader_key in self.seen or reader_key in keys):
                 continue
-            try:
-                xml, published = xmlize_message(raw)
-            except Exception as exc:  # a bug on hostile input must not stop the source
-                self.n_unreadable += 1
-                log.warning(
-                    "source %s: a message cannot be written as an item (%s: %s); skipped",
-                    self.source.name,
-                    type(exc).__name__,
-                    exc,
-                )
-                if reader_key is not None:
-                    keys.append(reader_key)
-                continue
-            item_key = "i:" + content_hash(xml)
             if reader_key is not None:
                 keys.append(reader_key)
+            item = self.item(raw, guids)
+            if item is None:
+                continue
+            item_key = "i:" + content_hash(item[0])
             if item_key in self.seen or item_key in keys:
                 continue
             keys.append(item_key)
-            items.append((xml, published))
+            items.append(item)
         if items:
             self.poller.sink(self.source.name, items)
         state = replace(self.state, **position, n_items=self.state.n_items + len(items))
-        self.poller.store.commit(state, keys)
+        self.poller.store.commit(state, keys, guids)
         self.seen.update(keys)
         self.state = state
         self.n_items += len(items)
         return len(items)
+
+    def item(self, raw: bytes, guids: dict[str, str]) -> tuple[str, int | None] | None:
+        """The message as an item with its guid (:func:`identify`), or None when it
+        cannot be written (counted and logged); a guid first held is added to
+        ``guids``."""
+        name = self.source.name
+        try:
+            element, published = message_item(raw)
+            guid, digest, new = identify(
+                element, raw, lambda g: guids.get(g) or self.poller.store.guid_owner(name, g)
+            )
+        except Exception as exc:  # a bug on hostile input must not stop the source
+            self.n_unreadable += 1
+            log.warning(
+                "source %s: a message cannot be written as an item (%s: %s); skipped",
+                name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        if new:
+            guids[guid] = digest
+        return etree.tostring(element, encoding="unicode"), published
 
 
 class MailPoller:

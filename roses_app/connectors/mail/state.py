@@ -6,7 +6,10 @@ folder's UIDVALIDITY and the last UID handed to the sink, the mbox read position
 (offset and a hash of the bytes just before it), backoff and counters.  And one row
 per message already handed over in ``mail_seen``: its Maildir file name
 (``f:NAME``) or its item key (``i:HASH`` of guid and content), so each message
-becomes an item once per source, across restarts and UIDVALIDITY changes.
+becomes an item once per source, across restarts and UIDVALIDITY changes.  And one
+row per guid a mail of the source holds in ``mail_guids``, with the digest of that
+mail's item (:mod:`~roses_app.connectors.mail.identity`); these rows outlive a change
+of mailbox, so mails read again from the new one keep their guids.
 
 Safe to use from several threads (one connection, one lock); :meth:`commit` writes a
 state and its new seen keys in one transaction.
@@ -14,7 +17,7 @@ state and its new seen keys in one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -43,6 +46,12 @@ CREATE TABLE IF NOT EXISTS mail_seen (
     name TEXT NOT NULL,
     key  TEXT NOT NULL,
     PRIMARY KEY (name, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS mail_guids (
+    name   TEXT NOT NULL,
+    guid   TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    PRIMARY KEY (name, guid)
 ) WITHOUT ROWID;
 """
 
@@ -127,14 +136,21 @@ class MailStateStore(SqliteStore):
         with self._lock:
             self._put(state)
 
-    def commit(self, state: MailState, seen: Iterable[str] = ()) -> None:
-        """Store ``state`` and remember the ``seen`` keys, atomically."""
+    def commit(
+        self, state: MailState, seen: Iterable[str] = (), guids: Mapping[str, str] | None = None
+    ) -> None:
+        """Store ``state``, remember the ``seen`` keys and the ``guids`` (guid -> digest
+        of the mail holding it), atomically."""
         keys = [(state.name, key) for key in seen]
+        held = [(state.name, guid, digest) for guid, digest in (guids or {}).items()]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany(
                     "INSERT OR IGNORE INTO mail_seen (name, key) VALUES (?, ?)", keys
+                )
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO mail_guids (name, guid, digest) VALUES (?, ?, ?)", held
                 )
                 self._put(state)
                 self._db.execute("COMMIT")
@@ -147,10 +163,19 @@ class MailStateStore(SqliteStore):
             rows = self._db.execute("SELECT key FROM mail_seen WHERE name = ?", (name,)).fetchall()
         return {row[0] for row in rows}
 
+    def guid_owner(self, name: str, guid: str) -> str | None:
+        """The digest of the mail of source ``name`` that holds ``guid``, if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT digest FROM mail_guids WHERE name = ? AND guid = ?", (name, guid)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def delete(self, name: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM mail_state WHERE name = ?", (name,))
             self._db.execute("DELETE FROM mail_seen WHERE name = ?", (name,))
+            self._db.execute("DELETE FROM mail_guids WHERE name = ?", (name,))
 
     def _put(self, state: MailState) -> None:
         values = asdict(state)

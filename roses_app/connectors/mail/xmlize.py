@@ -9,7 +9,9 @@ The mapping, children in the feed connector's canonical order::
     pubDate      Date (missing or unreadable: no pubDate, and the published time is
                  None, so the item is timed by its ingest time)
     guid         Message-ID without its angle brackets (isPermaLink="false");
-                 missing: the SHA-256 of the raw message
+                 missing: the SHA-256 of the raw message.  A mail source then
+                 tells apart different mails that share one Message-ID
+                 (:mod:`~roses_app.connectors.mail.identity`)
     author       From as ``address (Name)``, ``address`` or ``Name``
     category     the list identifier of List-Id
     enclosure*   one per attachment, inline image or attached message: url
@@ -26,11 +28,7 @@ so a message gives the same item whether it came from a Maildir file, an mbox, I
 
 from __future__ import annotations
 
-import base64
-import binascii
-import codecs
 import email
-import email.charset
 import hashlib
 import html
 import logging
@@ -45,6 +43,7 @@ from urllib.parse import quote
 import lxml.html
 from lxml import etree
 
+from roses_app.connectors.mail.charsets import decode_bytes, decode_words, unescape_8bit
 from roses_app.connectors.xmlize import clean_text
 from roses_app.items import micros_of, rfc822
 
@@ -74,6 +73,12 @@ def message_hash(raw: bytes) -> str:
 
 def xmlize_message(raw: bytes) -> tuple[str, int | None]:
     """The message as a serialized ``<item>`` and its Date in µs (None when unusable)."""
+    item, published = message_item(raw)
+    return etree.tostring(item, encoding="unicode"), published
+
+
+def message_item(raw: bytes) -> tuple[etree._Element, int | None]:
+    """The message as an ``<item>`` element and its Date in µs (None when unusable)."""
     data = normalize(raw)
     try:
         msg = email.message_from_bytes(data, policy=policy.compat32)
@@ -117,7 +122,7 @@ def xmlize_message(raw: bytes) -> tuple[str, int | None]:
     for url, kind, length in body.enclosures():
         add("enclosure", "", {"url": url, "type": kind, "length": str(length)})
 
-    return etree.tostring(root, encoding="unicode"), published
+    return root, published
 
 
 # -- headers ---------------------------------------------------------------------------
@@ -131,7 +136,7 @@ class _Headers:
         for name, value in msg.raw_items():
             key = name.lower()
             if key not in self.values:  # the first occurrence counts
-                self.values[key] = _unescape_8bit(value if isinstance(value, str) else str(value))
+                self.values[key] = unescape_8bit(value if isinstance(value, str) else str(value))
 
     def raw(self, name: str) -> str:
         """The header as written (8-bit bytes decoded), encoded words left alone."""
@@ -139,102 +144,6 @@ class _Headers:
 
     def text(self, name: str) -> str:
         return decode_words(self.raw(name))
-
-
-def _unescape_8bit(value: str) -> str:
-    """compat32 keeps 8-bit header bytes as surrogate escapes: decode them (UTF-8, else
-    Windows-1252)."""
-    try:
-        data = value.encode("ascii", "surrogateescape")
-    except UnicodeEncodeError:
-        return value  # already text
-    return decode_bytes(data, None)
-
-
-def _cp1252_fallback(exc: UnicodeError) -> tuple[str, int]:
-    """Codec error handler: bytes that are not UTF-8 are read as Windows-1252."""
-    if isinstance(exc, UnicodeDecodeError):
-        return exc.object[exc.start : exc.end].decode("cp1252", errors="replace"), exc.end
-    raise exc
-
-
-codecs.register_error("roses-cp1252", _cp1252_fallback)
-
-_ENCODED_WORD = re.compile(r"=\?([^?\s]*)\?([bBqQ])\?([^?\s]*)\?=")
-_BETWEEN_WORDS = re.compile(r"\A[ \t\r\n]+\Z")
-_QP_ESCAPE = re.compile(rb"=([0-9A-Fa-f]{2})")
-# What a mail's charset label says, read the way mail readers (and browsers) do.
-_LABELS = {
-    "iso-8859-1": "cp1252",
-    "latin-1": "cp1252",
-    "latin1": "cp1252",
-    "us-ascii": "cp1252",
-    "ascii": "cp1252",
-    "iso8859-1": "cp1252",
-}
-
-
-def decode_words(text: str) -> str:
-    """RFC 2047 encoded words decoded, one by one: a word that cannot be decoded stays
-    as written, the others are decoded anyway; whitespace between two words goes."""
-    if "=?" not in text:
-        return text
-    out: list[str] = []
-    position = 0
-    previous_was_word = False
-    for match in _ENCODED_WORD.finditer(text):
-        between = text[position : match.start()]
-        decoded = _decode_word(match.group(1), match.group(2), match.group(3))
-        if not (previous_was_word and decoded is not None and _BETWEEN_WORDS.match(between)):
-            out.append(between)
-        out.append(match.group(0) if decoded is None else decoded)
-        previous_was_word = decoded is not None
-        position = match.end()
-    out.append(text[position:])
-    return "".join(out)
-
-
-def _decode_word(charset: str, encoding: str, payload: str) -> str | None:
-    charset = charset.split("*", 1)[0]  # RFC 2231 language suffix
-    data = payload.encode("ascii", "surrogateescape")
-    if encoding in "bB":
-        try:
-            raw = base64.b64decode(data + b"=" * (-len(data) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            return None
-    else:
-        raw = _QP_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), data.replace(b"_", b" "))
-    return decode_bytes(raw, charset)
-
-
-def decode_bytes(data: bytes, charset: str | None) -> str:
-    """``data`` in the declared ``charset``; undecodable bytes become U+FFFD.  UTF-8,
-    an undeclared or an unknown charset: UTF-8 where it is valid, Windows-1252 for the
-    bytes where it is not (the usual mislabelled mail); ISO-8859-1 and US-ASCII are
-    read as Windows-1252 (its superset, as mail readers do)."""
-    codec = _text_codec(charset)
-    if codec is not None and codec != "utf-8":
-        try:
-            return data.decode(codec, errors="replace")
-        except Exception as exc:  # a codec that fails on its own (e.g. malformed utf-7)
-            log.debug("charset %s failed (%s); reading UTF-8", charset, exc)
-    return data.decode("utf-8", errors="roses-cp1252")
-
-
-def _text_codec(charset: str | None) -> str | None:
-    if not charset:
-        return None
-    name = charset.strip().strip("\"'").lower()
-    if name in ("", "unknown-8bit", "x-unknown", "unknown", "default"):
-        return None
-    name = _LABELS.get(name, email.charset.ALIASES.get(name, name))
-    try:
-        info = codecs.lookup(name)
-    except (LookupError, ValueError):
-        return None
-    if not getattr(info, "_is_text_encoding", True):
-        return None  # base64_codec, zlib_codec, ...: not a charset
-    return info.name
 
 
 def _fold(text: str) -> str:
@@ -416,7 +325,7 @@ def _charset(part: Message) -> str | None:
 
 
 def _enclosure_url(part: Message, path: str) -> str:
-    content_id = _message_id(_unescape_8bit(str(part.get("content-id", ""))))
+    content_id = _message_id(unescape_8bit(str(part.get("content-id", ""))))
     if content_id:
         return "cid:" + quote(content_id, safe="@!$&'()*+,;=-._~")
     try:
@@ -424,7 +333,7 @@ def _enclosure_url(part: Message, path: str) -> str:
     except Exception as exc:  # malformed RFC 2231 parameters
         log.debug("unreadable attachment name: %s", exc)
         filename = None
-    name = _fold(decode_words(_unescape_8bit(filename))) if filename else ""
+    name = _fold(decode_words(unescape_8bit(filename))) if filename else ""
     return "attachment:" + quote(clean_text(name) or f"part-{path}", safe="@!$&'()*+,;=-._~")
 
 

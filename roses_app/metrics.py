@@ -1,0 +1,142 @@
+"""The daemon's Prometheus metrics, served at ``/metrics``.
+
+Two kinds, both in one registry per daemon (tests run several daemons in a process):
+
+* **Events counted as they happen**: polls (per source and outcome), their duration,
+  items polled, spooled and deduplicated per source, and each micro-batch's duration
+  and rows per query.  The stages report them through :class:`Metrics` methods.
+* **Read at scrape time** (:class:`SnapshotCollector`): what other parts already
+  count: items published per stream (the store), items dropped per step (Spark's
+  accumulator), rows dropped behind the watermark per query (Spark's progress), and
+  the sizes of the store and the spool.  Reading them on demand costs nothing
+  between scrapes and cannot drift from their source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from roses_app.connectors.poller import PollResult
+
+# fetches take from milliseconds (file:, a 304) to fetch.timeout (30 s by default)
+POLL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass
+class Snapshot:
+    """What the scrape-time collector reads (see the module docstring)."""
+
+    published: dict[str, int] = field(default_factory=dict)  # stream -> rows written
+    dropped: dict[str, int] = field(default_factory=dict)  # step id -> items dropped
+    late: dict[str, int] = field(default_factory=dict)  # query -> rows behind the watermark
+    store_bytes: int = 0
+    spool_bytes: int = 0
+    spool_files: int = 0
+
+
+class SnapshotCollector(Collector):
+    """Exposes a :class:`Snapshot` taken at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._snapshot()
+        yield _counter(
+            "roses_items_published", "Output rows written to the store", "stream", now.published
+        )
+        yield _counter(
+            "roses_items_dropped",
+            "Items dropped by a failing XPath/XQuery function, per step",
+            "step",
+            now.dropped,
+        )
+        yield _counter(
+            "roses_items_late",
+            "Rows dropped by stateful operators because they came behind the watermark",
+            "query",
+            now.late,
+        )
+        for name, text, value in (
+            ("roses_store_bytes", "Size of the store's database files", now.store_bytes),
+            ("roses_spool_bytes", "Size of the spool's event files", now.spool_bytes),
+            ("roses_spool_files", "Event files in the spool", now.spool_files),
+        ):
+            yield GaugeMetricFamily(name, text, value=value)
+
+
+def _counter(name: str, text: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, text, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([key], value)
+    return family
+
+
+class Metrics:
+    """One daemon's metrics; the stages call the ``on_*`` methods (thread-safe)."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.polls = Counter(
+            "roses_polls", "Polls of a source, by outcome", ["source", "status"], registry=r
+        )
+        self.poll_errors = Counter("roses_poll_errors", "Polls that failed", ["source"], registry=r)
+        self.poll_seconds = Histogram(
+            "roses_poll_seconds",
+            "Fetch time of a poll",
+            ["source"],
+            buckets=POLL_BUCKETS,
+            registry=r,
+        )
+        self.polled = Counter(
+            "roses_items_polled", "Items read from a source", ["source"], registry=r
+        )
+        self.spooled = Counter(
+            "roses_items_spooled", "New items written to the spool", ["source"], registry=r
+        )
+        self.deduplicated = Counter(
+            "roses_items_deduplicated",
+            "Items the spool had already seen (dropped)",
+            ["source"],
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "roses_batch_seconds",
+            "Duration of a micro-batch (computing it and writing its output)",
+            ["query"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Counter(
+            "roses_batch_rows", "Output rows of micro-batches", ["query"], registry=r
+        )
+        if snapshot is not None:
+            r.register(SnapshotCollector(snapshot))
+
+    def on_poll(self, result: PollResult) -> None:
+        self.polls.labels(result.source, result.status).inc()
+        if result.status == "error":
+            self.poll_errors.labels(result.source).inc()
+        if result.fetch_seconds is not None:
+            self.poll_seconds.labels(result.source).observe(result.fetch_seconds)
+
+    def on_ingest(self, source: str, polled: int, spooled: int) -> None:
+        self.polled.labels(source).inc(polled)
+        self.spooled.labels(source).inc(spooled)
+        self.deduplicated.labels(source).inc(polled - spooled)
+
+    def on_batch(self, query: str, rows: int, seconds: float) -> None:
+        self.batch_seconds.labels(query).observe(seconds)
+        self.batch_rows.labels(query).inc(rows)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format and its content type, for ``GET /metrics``."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,168 @@
+"""WebSub subscriptions kept in SQLite (``DATA_DIR/websub.sqlite``), signatures, and
+the hub URLs feeds advertise (here, so that the catalog can import them).
+
+A subscription is keyed by (topic, callback), as the WebSub Recommendation asks: a
+subscriber that subscribes again renews its lease and may change its secret.  The
+table survives restarts; expired leases are purged by the hub and never delivered to.
+Secrets are stored as given: the hub needs them to sign every delivery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from roses_app.config.model import Config
+from roses_app.errors import StoreError
+
+HUB_PATH = "/websub/hub"
+SIGNATURE_HEADER = "X-Hub-Signature"
+# the digests a subscriber may meet in X-Hub-Signature (WebSub section 8)
+SIGNATURE_METHODS = ("sha1", "sha256", "sha384", "sha512")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS subscriptions (
+    topic         TEXT    NOT NULL,
+    callback      TEXT    NOT NULL,
+    secret        TEXT,
+    lease_seconds INTEGER NOT NULL,
+    expires_at    REAL    NOT NULL,
+    stream        TEXT    NOT NULL,
+    part          TEXT    NOT NULL,
+    base          TEXT    NOT NULL,
+    created_at    REAL    NOT NULL,
+    PRIMARY KEY (topic, callback)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS subscriptions_feed ON subscriptions (stream, part);
+"""
+
+_COLUMNS = "topic, callback, secret, lease_seconds, expires_at, stream, part, base, created_at"
+
+
+def hub_urls(config: Config, base: str) -> tuple[str, ...]:
+    """The hubs a feed served under ``base`` advertises: ROSES, then the external one."""
+    own = base.rstrip("/") + HUB_PATH
+    external = config.settings.websub.external_hub
+    return (own, external) if external and external != own else (own,)
+
+
+def sign(secret: str, body: bytes, method: str = "sha256") -> str:
+    """The ``X-Hub-Signature`` value of ``body``: ``METHOD=hex HMAC(secret, body)``."""
+    digest = hmac.new(secret.encode("utf-8"), body, method).hexdigest()
+    return f"{method}={digest}"
+
+
+def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
+    """What a subscriber checks: ``header`` is a valid signature of ``body``.
+
+    A missing header, an unknown method or a wrong digest is refused; the digests are
+    compared in constant time.
+    """
+    if not header:
+        return False
+    method, sep, digest = header.strip().partition("=")
+    method = method.strip().lower()
+    if not sep or method not in SIGNATURE_METHODS:
+        return False
+    expected = sign(secret, body, method).partition("=")[2]
+    return hmac.compare_digest(expected, digest.strip().lower())
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One verified subscription: ``topic`` is the feed URL, ``(stream, part)`` its
+    feed in the store, ``base`` the server base the topic was resolved against."""
+
+    topic: str
+    callback: str
+    secret: str | None
+    lease_seconds: int
+    expires_at: float
+    stream: str
+    part: str
+    base: str
+    created_at: float
+
+
+class SubscriptionTable:
+    """The subscriptions, safe to use from any thread (one connection, one lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), check_same_thread=False)
+            with self._conn:
+                self._conn.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open the WebSub subscriptions {self.path}: {exc}") from exc
+
+    @contextmanager
+    def _locked(self, what: str) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._lock, self._conn:  # one transaction, committed on exit
+                yield self._conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot {what} in {self.path}: {exc}") from exc
+
+    def upsert(self, sub: Subscription) -> None:
+        """Add a subscription, or renew it (new lease, secret and base)."""
+        with self._locked("record a WebSub subscription") as conn:
+            conn.execute(
+                f"INSERT INTO subscriptions({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(topic, callback) DO UPDATE SET secret = excluded.secret,"
+                " lease_seconds = excluded.lease_seconds, expires_at = excluded.expires_at,"
+                " stream = excluded.stream, part = excluded.part, base = excluded.base",
+                (
+                    sub.topic,
+                    sub.callback,
+                    sub.secret,
+                    sub.lease_seconds,
+                    sub.expires_at,
+                    sub.stream,
+                    sub.part,
+                    sub.base,
+                    sub.created_at,
+                ),
+            )
+
+    def remove(self, topic: str, callback: str) -> bool:
+        with self._locked("remove a WebSub subscription") as conn:
+            cur = conn.execute(
+                "DELETE FROM subscriptions WHERE topic = ? AND callback = ?", (topic, callback)
+            )
+        return cur.rowcount > 0
+
+    def for_feed(self, stream: str, part: str, now: float) -> list[Subscription]:
+        """The subscriptions to a feed whose lease has not expired at ``now``."""
+        with self._locked("read WebSub subscriptions") as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM subscriptions"
+                " WHERE stream = ? AND part = ? AND expires_at > ? ORDER BY topic, callback",
+                (stream, part, now),
+            ).fetchall()
+        return [Subscription(*r) for r in rows]
+
+    def all(self) -> list[Subscription]:
+        with self._locked("read WebSub subscriptions") as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM subscriptions ORDER BY topic, callback"
+            ).fetchall()
+        return [Subscription(*r) for r in rows]
+
+    def purge(self, now: float) -> int:
+        """Forget the subscriptions whose lease ended; how many."""
+        with self._locked("purge expired WebSub subscriptions") as conn:
+            cur = conn.execute("DELETE FROM subscriptions WHERE expires_at <= ?", (now,))
+        return cur.rowcount
+
+    def close(self) -> None:
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self._conn.close()
