@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import PREDICATES, event_lists, stream_plans
 
-from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, XQuery
+from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, Union, XQuery
 from roses_app.algebra.program import build_program
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.xmlfn.fused import run_program
@@ -72,6 +72,52 @@ def test_many_subscriptions_on_one_source_equal_the_reference(
 ) -> None:
     streams = [Stream(f"sub{n}", Filter(Source("a"), w)) for n, w in enumerate(wheres)]
     assert fused_outputs(streams, events, presearch=True) == reference_outputs(streams, events)
+
+
+ORIGINS = (
+    Source("a"),
+    Source("b"),
+    Union((Source("a"), Source("b"))),
+    Union((Source("b"), Source("c"))),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(ORIGINS), st.sampled_from(SUBSCRIPTIONS)), max_size=30),
+    event_lists(),
+)
+def test_subscriptions_on_sources_and_unions_equal_the_reference(
+    subscriptions: list[tuple[Source | Union, str]], events: list[RefInput]
+) -> None:
+    """Filters on sources and unions of sources share one presearch of each item,
+    and each keeps the items of its own sources only."""
+    streams = [Stream(f"sub{n}", Filter(o, w)) for n, (o, w) in enumerate(subscriptions)]
+    if streams:
+        assert fused_outputs(streams, events, presearch=True) == reference_outputs(streams, events)
+
+
+def test_one_presearch_per_item_whatever_the_unions_it_is_in(monkeypatch: object) -> None:
+    from roses_app.xmlfn.presearch import Presearcher
+
+    matched: list[object] = []
+    real_match = Presearcher.match
+
+    def counting_match(self, item):  # type: ignore[no-untyped-def]
+        matched.append(item)
+        return real_match(self, item)
+
+    monkeypatch.setattr(Presearcher, "match", counting_match)  # type: ignore[attr-defined]
+    streams = [
+        Stream(f"sub{n}", Filter(origin, f"contains(title, 'w{n}')"))
+        for n, origin in enumerate(ORIGINS * 5)
+    ]
+    events = [
+        RefInput("ab"[k % 2], k, k + 1, f"<item><title>w{k} w{k + 4}</title></item>")
+        for k in range(12)
+    ]
+    assert fused_outputs(streams, events, presearch=True) == reference_outputs(streams, events)
+    assert len(matched) == len(events)
 
 
 def test_each_item_is_parsed_once_and_a_mutator_called_once_per_batch(monkeypatch: object) -> None:

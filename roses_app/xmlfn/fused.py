@@ -87,6 +87,10 @@ class Compiled:
     # a step read by filters with a presearcher -> those filters
     searched: dict[int, list[int]] = field(default_factory=dict)
     sources: dict[str, list[int]] = field(default_factory=dict)
+    # filters reading a source or a union of sources (the items as they came): one
+    # presearcher for all of them, each with the sources its input holds
+    raw: Presearcher[int] | None = None
+    raw_sources: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 _cache: dict[str, Compiled] = {}
@@ -106,12 +110,16 @@ def _compile(program: Program, presearch: bool) -> Compiled:
     out = Compiled(program)
     ns = program.namespaces
     readers: dict[int, list[int]] = {}
+    pure = _pure_steps(program)
     for n, step in enumerate(program.steps):
         if step.kind == "source":
             out.sources.setdefault(step.arg, []).append(n)
         elif step.kind == "filter":
             out.functions[n] = observer_fn(step.arg, ns)
-            readers.setdefault(step.inputs[0], []).append(n)
+            if step.inputs[0] in pure:
+                out.raw_sources[n] = pure[step.inputs[0]]
+            else:
+                readers.setdefault(step.inputs[0], []).append(n)
         elif step.kind == "map" and step.xquery is None:
             out.functions[n] = accessor_fn(step.arg, ns)
         elif step.kind == "split":
@@ -119,10 +127,26 @@ def _compile(program: Program, presearch: bool) -> Compiled:
     if presearch:
         from roses_app.xmlfn.presearch import Presearcher
 
+        if out.raw_sources:
+            out.raw = Presearcher({f: program.steps[f].arg for f in out.raw_sources}, ns)
         for read, filters in readers.items():
             out.presearchers[read] = Presearcher({f: program.steps[f].arg for f in filters}, ns)
             out.searched[read] = filters
     return out
+
+
+def _pure_steps(program: Program) -> dict[int, frozenset[str]]:
+    """The steps whose items are the input items as they came (a source, a union of
+    such steps), with their sources: an item reaching several of them is one tree, so
+    one presearch of it serves the filters of all (a subscription per source or union
+    of sources would otherwise scan each item once per union it is in)."""
+    pure: dict[int, frozenset[str]] = {}
+    for n, step in enumerate(program.steps):
+        if step.kind == "source":
+            pure[n] = frozenset([step.arg])
+        elif step.kind == "union" and all(i in pure for i in step.inputs):
+            pure[n] = frozenset().union(*(pure[i] for i in step.inputs))
+    return pure
 
 
 def default_hooks(step: Step) -> OnError:
@@ -140,6 +164,7 @@ class Run:
     # presearch results: filter step -> rows it accepted without evaluation / must evaluate
     accepted: dict[int, Values] = field(default_factory=dict)
     pending: dict[int, Values] = field(default_factory=dict)
+    loaded: dict[int, tuple[str, Val]] = field(default_factory=dict)  # row -> source, item
 
     def load(self, sources: Sequence[str | None], items: Sequence[str | None]) -> None:
         """Parse each item once and hand it to its source's steps."""
@@ -154,6 +179,7 @@ class Run:
                 step = self.code.program.steps[targets[0]]
                 report(self.hook_for(step), f"source {step.arg}", xml, exc)
                 continue
+            self.loaded[row] = (source or "", val)
             for target in targets:
                 self.values.setdefault(target, {})[row] = [val]
 
@@ -189,9 +215,28 @@ class Run:
                 for f in candidates:
                     self.pending[f].setdefault(row, []).append(val)
 
+    def _presearch_raw(self, searcher: Presearcher[int]) -> None:
+        """Match every input item once against the filters of source and union steps;
+        each filter keeps the items of its input's sources."""
+        holds = self.code.raw_sources
+        for f in holds:
+            self.accepted[f] = {}
+            self.pending[f] = {}
+        for row, (source, val) in self.loaded.items():
+            accepted, candidates = searcher.match(val.element())
+            for found, into in ((accepted, self.accepted), (candidates, self.pending)):
+                for f in found:
+                    if source in holds[f]:
+                        into[f][row] = [val]
+
     def _filter(self, n: int, step: Step, upstream: Values) -> None:
         read = step.inputs[0]
-        if read in self.code.presearchers:
+        raw = self.code.raw
+        if raw is not None and n in self.code.raw_sources:
+            if n not in self.pending:
+                self._presearch_raw(raw)
+            kept, todo = self.accepted.pop(n), self.pending.pop(n)
+        elif read in self.code.presearchers:
             if n not in self.pending:
                 self._presearch(read)
             kept, todo = self.accepted.pop(n), self.pending.pop(n)
