@@ -167,8 +167,8 @@ class Daemon:
         )
         self.http = HttpServer(app, http.host, http.port)
         self.http.start()
-        self.hub.start(self.http.url)
         try:
+            self.hub.start(self.http.url)
             self.queries = self.start_queries(once=False)
             self.scheduler.start()
             self.mail.start()
