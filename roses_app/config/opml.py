@@ -216,13 +216,13 @@ def _body(path: Path, shown: str) -> etree._Element:
         raise OpmlError(
             f"{shown} is larger than {MAX_BYTES // (1024 * 1024)} MB: not a list of subscriptions"
         )
+    # imported here: loading a config that imports no OPML file needs no lxml
     from lxml import etree
 
-    parser = etree.XMLParser(
-        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False
-    )
+    from roses_app.items import safe_parser
+
     try:
-        root = etree.fromstring(data, parser)
+        root = etree.fromstring(data, safe_parser())
     except etree.XMLSyntaxError as exc:
         line = exc.lineno or 0
         raise OpmlError(
