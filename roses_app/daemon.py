@@ -64,6 +64,7 @@ class Daemon:
         self.counters = {
             "items_spooled": 0,
             "query_restarts": 0,
+            "stateless_rebases": 0,
         }
         self._lock = threading.Lock()
         self._restarts: dict[str, tuple[float, float]] = {}  # query -> (delay, not before)
@@ -180,6 +181,7 @@ class Daemon:
                     self._heartbeat(self.beats)
                 if time.monotonic() - compacted >= self.config.settings.compact_every_seconds:
                     compacted = time.monotonic()
+                    self._rebase_stateless()
                     merged = self.spool.compact()
                     if merged:
                         log.info("spool: merged %d archived file(s)", merged)
@@ -217,6 +219,16 @@ class Daemon:
                 delay,
             )
             running.query = running.restart()
+
+    def _rebase_stateless(self) -> None:
+        """Keep the stateless query's checkpoint from growing with uptime (see
+        :mod:`roses_app.spark.rebase`)."""
+        from roses_app.spark.runner import rebase_running
+
+        checkpoints = self.config.settings.data_dir / "checkpoints"
+        if rebase_running(checkpoints, self.spool.log_dir, self.store, self.queries):
+            with self._lock:
+                self.counters["stateless_rebases"] += 1
 
     def _heartbeat(self, beats: HeartbeatPlan) -> None:
         """Let time pass for the queries while time can still change a result (see

@@ -22,7 +22,7 @@ from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.config.model import Config
 from roses_app.errors import RosesError
 from roses_app.items import Event, iso8601, micros_of, parse_item, safe_filename
-from roses_app.store import RowLike, out_row
+from roses_app.store import OutRow, RowLike
 
 Outputs = dict[str, dict[str, list[RefEvent]]]  # stream -> part -> events
 
@@ -120,10 +120,19 @@ class MemorySink:
         if (query_id, batch_id) in self._applied:
             return False
         self._applied.add((query_id, batch_id))
-        for row in map(out_row, rows):
-            self.collected[row.stream].setdefault(row.part, []).append(
-                RefEvent(row.ts, row.seq, row.item)
+        collected = self.collected
+        for row in rows:
+            # plain tuples as the engine hands them over: no OutRow per row
+            stream, part, ts, seq, item = (
+                (row.stream, row.part, row.ts, row.seq, row.item)
+                if isinstance(row, OutRow)
+                else row[:5]
             )
+            parts = collected[stream]
+            events = parts.get(part)
+            if events is None:
+                events = parts[part] = []
+            events.append(RefEvent(ts, seq, item))
         if position is not None:
             self._positions[query_id] = max(position, self._positions.get(query_id, 0))
         return True
@@ -131,8 +140,9 @@ class MemorySink:
     def position(self, query_id: str) -> int:
         return self._positions.get(query_id, 0)
 
-    def forget_query(self, query_id: str) -> None:
-        self._positions.pop(query_id, None)
+    def forget_query(self, query_id: str, *, keep_position: bool = False) -> None:
+        if not keep_position:
+            self._positions.pop(query_id, None)
         self._applied = {(q, b) for q, b in self._applied if q != query_id}
 
     def versions(self) -> dict[str, str]:
@@ -196,13 +206,21 @@ def run_spark(
     }
 
 
-def _format_ts(ts: int, iso: bool) -> int | str:
-    return iso8601(ts) if iso else ts
-
-
 def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path]:
-    """Write DIR/STREAM.jsonl, or DIR/STREAM/VALUE.jsonl for split outputs."""
+    """Write DIR/STREAM.jsonl, or DIR/STREAM/VALUE.jsonl for split outputs.  Each line
+    is ``json.dumps({"ts": ..., "item": ...}, ensure_ascii=False)``; an item many
+    streams have (a thousand subscriptions matching it) is encoded once."""
     written: list[Path] = []
+    encoded: dict[str | None, str] = {}
+    # what json.dumps gives for the time (a string of ASCII digits and signs for ISO)
+    ts_json: Callable[[int], str] = (lambda ts: f'"{iso8601(ts)}"') if iso_times else str
+
+    def encode(item: str | None) -> str:
+        text = encoded.get(item)
+        if text is None:
+            text = encoded[item] = json.dumps(item, ensure_ascii=False)
+        return text
+
     out_dir.mkdir(parents=True, exist_ok=True)
     for stream, parts in outputs.items():
         for part, events in sorted(parts.items()):
@@ -212,10 +230,9 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
                 else out_dir / stream / f"{safe_filename(part)}.jsonl"
             )
             path.parent.mkdir(parents=True, exist_ok=True)
+            lines = [f'{{"ts": {ts_json(e.ts)}, "item": {encode(e.item)}}}\n' for e in events]
             with open(path, "w", encoding="utf-8") as fh:
-                for event in events:
-                    record = {"ts": _format_ts(event.ts, iso_times), "item": event.item}
-                    fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+                fh.write("".join(lines))
             written.append(path)
         if not parts:
             (out_dir / stream).mkdir(parents=True, exist_ok=True)

@@ -302,12 +302,14 @@ class Store:
             except Exception:  # a listener's bug must not fail the batch, now committed
                 log.exception("a store listener failed on %s", sorted(changed))
 
-    def forget_query(self, query_id: str) -> None:
+    def forget_query(self, query_id: str, *, keep_position: bool = False) -> None:
         """A query starts without a checkpoint: Spark numbers its batches from 0 again,
-        so the batch ids and the position recorded for it are stale."""
+        so the batch ids recorded for it are stale, and so is its position unless it
+        goes on from where it was (``keep_position``: a rebased stateless query)."""
         with self._transaction(f"cannot reset query {query_id}") as conn:
             conn.execute("DELETE FROM batches WHERE query_id = ?", (query_id,))
-            conn.execute("DELETE FROM positions WHERE query_id = ?", (query_id,))
+            if not keep_position:
+                conn.execute("DELETE FROM positions WHERE query_id = ?", (query_id,))
 
     def position(self, query_id: str) -> int:
         """The latest spool seq whose output ``query_id`` has written (0: none)."""

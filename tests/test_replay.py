@@ -80,3 +80,21 @@ def test_bad_event_lines_are_all_reported_with_their_line(tmp_path: Path) -> Non
         assert f"bad.jsonl:{line}:" in message
     assert "bad.jsonl:1:" not in message
     assert "missing key(s): item" in message
+
+
+@pytest.mark.parametrize("iso", [False, True], ids=["ticks", "iso"])
+def test_output_lines_are_what_json_dumps_writes(tmp_path: Path, iso: bool) -> None:
+    from roses_app.algebra.reference_registry import RefEvent
+    from roses_app.items import iso8601
+
+    odd = '<item><title>é "quoted" \\ back\tslash \u2028 line</title></item>'
+    plain = "<item><title>plain</title></item>"
+    events = [RefEvent(-5, 1, odd), RefEvent(1_700_000_000_000_000, 2, plain), RefEvent(7, 3, odd)]
+    write_outputs({"one": {"": events}, "two": {"x": events[:1]}}, tmp_path, iso)
+
+    def lines(expected: list[RefEvent]) -> str:
+        records = ({"ts": iso8601(e.ts) if iso else e.ts, "item": e.item} for e in expected)
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+    assert (tmp_path / "one.jsonl").read_text(encoding="utf-8") == lines(events)
+    assert (tmp_path / "two" / "x.jsonl").read_text(encoding="utf-8") == lines(events[:1])

@@ -2,7 +2,8 @@
 
 Each generation (a stateful query) has its own folder, ``frontier/GEN/``:
 
-* ``live/batch-<id>.parquet``: one micro-batch of the stateless query: the events of
+* ``live/batch-<epoch>-<id>.parquet``: one micro-batch of the stateless query (the
+  epoch counts its fresh checkpoints, see :mod:`.rebase`): the events of
   each frontier node under its node id, the heartbeats (key null) and one time mark
   (key ``~tick``: the latest time the batch saw, so every source moves the stateful
   queries' watermark, as the spool does).  The file is written once and hard-linked
@@ -66,9 +67,10 @@ class FrontierLog:
         rows: Sequence[FrontierRow],
         latest_ts: int,
         latest_seq: int,
+        epoch: int = 0,
     ) -> None:
         """One stateless micro-batch's frontier rows, for every generation."""
-        name = f"batch-{batch_id:012d}.parquet"
+        name = f"batch-{epoch:06d}-{batch_id:012d}.parquet"
         staged = _staged(self.root, name, rows, latest_ts, latest_seq, "l")
         try:
             for generation in generations:

@@ -34,6 +34,7 @@ from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
+from roses_app.heap import freeze_long_lived
 from roses_app.spark.frontier import FrontierLog
 from roses_app.spark.fused import fused_frame
 from roses_app.spark.layout import (
@@ -46,7 +47,8 @@ from roses_app.spark.layout import (
     save_generation,
 )
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
-from roses_app.spark.queries import RunningQuery, await_all
+from roses_app.spark.queries import RunningQuery, await_all, stop_gracefully
+from roses_app.spark.rebase import finish_rebase, read_epoch, rebase, rebase_due
 from roses_app.spark.registry import above_watermark
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL, last_archived_seq
@@ -73,8 +75,9 @@ class Sink(Ledger, Protocol):
         """Record the plans of stateless streams whose output is now complete."""
         ...
 
-    def forget_query(self, query_id: str) -> None:
-        """The query starts without a checkpoint: its batch ids start again at 0."""
+    def forget_query(self, query_id: str, *, keep_position: bool = False) -> None:
+        """The query starts without a checkpoint: its batch ids start again at 0 (and
+        its position, unless it goes on from where it was)."""
         ...
 
 
@@ -180,6 +183,10 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
     """Rewrite the streams, decide the queries, clear what is stale."""
     streams = rewrite_streams(streams, engine.namespaces)
     engine.checkpoints.mkdir(parents=True, exist_ok=True)
+    folder = engine.checkpoints / STATELESS_QUERY
+    finish_rebase(folder, lambda: engine.sink.forget_query(STATELESS_QUERY, keep_position=True))
+    if folder.exists() and rebase_due(folder):
+        rebase_stateless(engine.checkpoints, engine.log_dir, engine.sink)
     archived = 0
     if not (engine.checkpoints / STATELESS_QUERY).exists():
         # Everything starts from the beginning of the spool: no older state or
@@ -214,10 +221,38 @@ def start_queries(engine: Engine, streams: Sequence[Stream]) -> list[RunningQuer
         if generation.fresh:
             backfill_generation(engine, layout, generation)
         running.append(start_generation(engine, generation))
+    freeze_long_lived()  # the plans live as long as the queries
     return running
 
 
 # -- the stateless query ---------------------------------------------------------------
+
+
+def rebase_stateless(checkpoints: Path, log_dir: Path, sink: Sink) -> bool:
+    """Start the stateless query's checkpoint afresh (see :mod:`.rebase`); the query
+    must not be running."""
+    return rebase(
+        checkpoints / STATELESS_QUERY,
+        log_dir,
+        archive_of(log_dir),
+        lambda: sink.forget_query(STATELESS_QUERY, keep_position=True),
+    )
+
+
+def rebase_running(
+    checkpoints: Path, log_dir: Path, sink: Sink, queries: Sequence[RunningQuery]
+) -> bool:
+    """While the daemon runs: when the stateless query's file-source log has grown,
+    stop it after its batch in flight, start its checkpoint afresh and start it
+    again (the stateful queries go on meanwhile)."""
+    running = next((q for q in queries if q.name == STATELESS_QUERY), None)
+    if running is None or not rebase_due(checkpoints / STATELESS_QUERY):
+        return False
+    stop_gracefully([running])
+    try:
+        return rebase_stateless(checkpoints, log_dir, sink)
+    finally:
+        running.query = running.restart()
 
 
 def start_stateless(engine: Engine, layout: Layout) -> RunningQuery:
@@ -301,7 +336,8 @@ def stateless_handler(
             batch.toArrow(), program, streams_of, frontier_keys
         )
         if frontier_keys is not None and (frontier or latest_seq):
-            engine.frontier.write_live(readers, batch_id, frontier, latest_ts, latest_seq)
+            epoch = read_epoch(engine.checkpoints / STATELESS_QUERY)
+            engine.frontier.write_live(readers, batch_id, frontier, latest_ts, latest_seq, epoch)
         engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
         return len(rows)
 

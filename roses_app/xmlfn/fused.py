@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lxml import etree
 
 from roses_app.algebra.program import TICK_OUTPUT, Program, Step
+from roses_app.heap import freeze_long_lived
 from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn.batch import (
     OnError,
@@ -103,6 +104,7 @@ def compiled(program: Program, *, presearch: bool = True) -> Compiled:
         found = _cache.get(key)
         if found is None:
             found = _cache[key] = _compile(program, presearch)
+            freeze_long_lived()  # compiled once, used for every batch
         return found
 
 
