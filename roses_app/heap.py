@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _lock = threading.Lock()
 
@@ -23,4 +25,19 @@ def freeze_long_lived() -> None:
         gc.freeze()
 
 
-__all__ = ["freeze_long_lived"]
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cycle collection during one batch.  A batch allocates several objects per
+    item (trees, rows, dicts) and almost no cycles; with the collector on, it walked
+    them every 700 allocations, a third of the fused stage's time even with the
+    long-lived heap frozen.  Cycles the batch made are collected once it is back on."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+__all__ = ["collector_paused", "freeze_long_lived"]

@@ -34,7 +34,7 @@ from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
-from roses_app.heap import freeze_long_lived
+from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.frontier import FrontierLog
 from roses_app.spark.fused import fused_frame
 from roses_app.spark.layout import (
@@ -332,13 +332,17 @@ def stateless_handler(
     readers: Sequence[str],
 ) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> int:
-        rows, frontier, latest_ts, latest_seq = split_rows(
-            batch.toArrow(), program, streams_of, frontier_keys
-        )
-        if frontier_keys is not None and (frontier or latest_seq):
-            epoch = read_epoch(engine.checkpoints / STATELESS_QUERY)
-            engine.frontier.write_live(readers, batch_id, frontier, latest_ts, latest_seq, epoch)
-        engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
+        table = batch.toArrow()
+        with collector_paused():  # a row per stream an item reaches: many small objects
+            rows, frontier, latest_ts, latest_seq = split_rows(
+                table, program, streams_of, frontier_keys
+            )
+            if frontier_keys is not None and (frontier or latest_seq):
+                epoch = read_epoch(engine.checkpoints / STATELESS_QUERY)
+                engine.frontier.write_live(
+                    readers, batch_id, frontier, latest_ts, latest_seq, epoch
+                )
+            engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
         return len(rows)
 
     return handle

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lxml import etree
 
 from roses_app.algebra.program import TICK_OUTPUT, Program, Step
-from roses_app.heap import freeze_long_lived
+from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn.batch import (
     OnError,
@@ -331,9 +331,17 @@ def run_program(
     ``program.heartbeats``, a ([], "", ts, seq, None, None) row per heartbeat; and one
     ([TICK_OUTPUT], "", latest ts, latest seq, None, None) row."""
     run = Run(compiled(program, presearch=presearch), hook_for)
-    run.load(sources, items)
-    for n, step in enumerate(program.steps):
-        run.step(n, step)
+    with collector_paused():
+        run.load(sources, items)
+        for n, step in enumerate(program.steps):
+            run.step(n, step)
+        return _rows(program, run, ts, seq, items)
+
+
+def _rows(
+    program: Program, run: Run, ts: Sequence[int], seq: Sequence[int], items: Sequence[str | None]
+) -> list[Row]:
+    """The rows of a batch whose steps have run (see :func:`run_program`)."""
     # (input row, part, item text) -> the outputs that have it, and the item
     found: dict[tuple[int, str, str], tuple[list[int], Val]] = {}
     for index, (n, _) in enumerate(program.outputs):
