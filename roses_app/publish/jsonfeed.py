@@ -20,16 +20,9 @@ from typing import Any
 from lxml import etree
 
 from roses_app.items import FEED_NAMESPACES, iso8601
+from roses_app.publish.entries import element_text, entry_times, inner_markup, item_element
 from roses_app.publish.itemfields import people
-from roses_app.publish.render import (
-    CONTENT_NS,
-    GENERATOR,
-    FeedInfo,
-    _entry_times,
-    _inner_markup,
-    _item_element,
-    _text,
-)
+from roses_app.publish.render import CONTENT_NS, GENERATOR, FeedInfo
 from roses_app.publish.sanitize import label, plain_text
 from roses_app.store import StoredEntry
 
@@ -84,16 +77,16 @@ def _attachments(el: etree._Element) -> list[dict[str, Any]]:
 
 def json_item(el: etree._Element, entry: StoredEntry) -> dict[str, Any]:
     """One sanitized ``<item>`` (from ``_item_element``) as a JSON Feed item."""
-    guid = _text(el.find("guid")) or entry.guid
+    guid = element_text(el.find("guid")) or entry.guid
     item: dict[str, Any] = {"id": guid}
     link = item_link(el)
     if link:
         item["url"] = link
-    title = _text(el.find("title"))
+    title = element_text(el.find("title"))
     if title:
         item["title"] = title
-    description = _inner_markup(el.find("description")).strip()
-    content = _inner_markup(el.find(f"{{{CONTENT_NS}}}encoded")).strip()
+    description = inner_markup(el.find("description")).strip()
+    content = inner_markup(el.find(f"{{{CONTENT_NS}}}encoded")).strip()
     if content:
         item["content_html"] = content
         summary = plain_text(description)
@@ -106,14 +99,14 @@ def json_item(el: etree._Element, entry: StoredEntry) -> dict[str, Any]:
     thumbnail = el.find(f"{{{_MEDIA_NS}}}thumbnail")
     if thumbnail is not None and _HTTP.match(thumbnail.get("url") or ""):
         item["image"] = thumbnail.get("url")
-    published, updated = _entry_times(el, entry)
+    published, updated = entry_times(el, entry)
     if published is not None:
         item["date_published"] = iso8601(published)
     item["date_modified"] = iso8601(updated)
     authors = _authors(el)
     if authors:
         item["authors"] = authors
-    tags = [t for t in (_text(c) for c in el.findall("category")) if t]
+    tags = [t for t in (element_text(c) for c in el.findall("category")) if t]
     if tags:
         item["tags"] = list(dict.fromkeys(tags))  # JSON Feed tags are a set of strings
     attachments = _attachments(el)
@@ -126,7 +119,7 @@ def json_items(entries: Sequence[StoredEntry]) -> list[dict[str, Any]]:
     """The JSON Feed items of ``entries``, in their order; malformed ones are skipped."""
     out: list[dict[str, Any]] = []
     for entry in entries:
-        el = _item_element(entry)
+        el = item_element(entry)
         if el is not None:
             out.append(json_item(el, entry))
     return out
@@ -161,10 +154,10 @@ def render_json(
 
 def newest_date(entry: StoredEntry) -> int | None:
     """The date of an item as its feeds show it: its own, else when it was received."""
-    el = _item_element(entry)
+    el = item_element(entry)
     if el is None:
         return None
-    published, updated = _entry_times(el, entry)
+    published, updated = entry_times(el, entry)
     return published if published is not None else updated
 
 

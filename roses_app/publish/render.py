@@ -19,11 +19,16 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, parse_item, rfc822
+from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, rfc822
+from roses_app.publish.entries import (
+    ATOM_NS,
+    element_text,
+    entry_times,
+    inner_markup,
+    item_element,
+)
 from roses_app.publish.itemfields import (
     as_uri,
-    fix_dates,
-    fix_uris,
     known_scheme,
     parse_date,
     people,
@@ -32,14 +37,12 @@ from roses_app.publish.itemfields import (
     rss_people,
     rss_without_itunes,
 )
-from roses_app.publish.sanitize import label, plain_text, sanitize_item
+from roses_app.publish.sanitize import label, plain_text
 from roses_app.store import StoredEntry
 
 log = logging.getLogger(__name__)
 
-ATOM_NS = "http://www.w3.org/2005/Atom"
 CONTENT_NS = FEED_NAMESPACES["content"]
-DC_NS = FEED_NAMESPACES["dc"]
 GENERATOR = "ROSES"
 GENERATOR_URI = "https://github.com/roses"
 
@@ -117,67 +120,6 @@ def _iso_seconds(seconds: float) -> str:
 _parse_date = parse_date
 
 
-# -- item helpers ----------------------------------------------------------------------
-
-
-def _text(el: etree._Element | None) -> str:
-    if el is None:
-        return ""
-    return "".join(el.itertext()).strip()
-
-
-def _inner_markup(el: etree._Element | None) -> str:
-    """The content of an element as an HTML string (escaped text or child elements)."""
-    if el is None:
-        return ""
-    parts = [el.text or ""]
-    for child in el:
-        parts.append(etree.tostring(child, encoding="unicode", with_tail=True))
-    return "".join(parts)
-
-
-def _item_element(entry: StoredEntry) -> etree._Element | None:
-    """The stored item as an ``<item>`` element, with its guid filled in, sanitized
-    (HTML and URLs: see :mod:`roses_app.publish.sanitize`), and its dates and URIs in
-    the forms RSS and Atom ask (:mod:`roses_app.publish.itemfields`)."""
-    try:
-        el = parse_item(entry.item)
-    except etree.XMLSyntaxError as exc:
-        log.warning("skipping a malformed stored item of %r: %s", entry.stream, exc)
-        return None
-    if el.tag != "item":
-        wrapper = etree.Element("item")
-        wrapper.append(el)
-        el = wrapper
-    fix_dates(el, _received(entry))
-    if el.find("guid") is None:
-        guid = etree.SubElement(el, "guid", isPermaLink="false")
-        guid.text = entry.guid
-    sanitize_item(el)
-    fix_uris(el)
-    return el
-
-
-def _received(entry: StoredEntry) -> int:
-    """When ROSES received an item, in microseconds.  All items of a poll share that
-    time (``entry.ts``); their order (``entry.seq``) tells them apart, under 1 ms after
-    it, so that entries keep distinct updated times (Atom readers expect them)."""
-    return entry.ts + entry.seq % 1000
-
-
-def _entry_times(el: etree._Element, entry: StoredEntry) -> tuple[int | None, int]:
-    """(published, updated) in microseconds: pubDate (or dc:date) and atom:updated,
-    else the publication date.  An undated item has no published time; its updated
-    time is when ROSES received it (:func:`_received`)."""
-    published = parse_date(el.findtext("pubDate"))
-    if published is None:
-        published = parse_date(el.findtext(f"{{{DC_NS}}}date"))
-    updated = parse_date(el.findtext(f"{{{ATOM_NS}}}updated"))
-    if updated is None or (published is not None and updated < published):
-        updated = published
-    return published, updated if updated is not None else _received(entry)
-
-
 # -- RSS 2.0 ---------------------------------------------------------------------------
 
 
@@ -198,7 +140,7 @@ def _rss_item(el: etree._Element) -> etree._Element:
     if title is not None and not (title.text or "").strip():
         el.remove(title)
         title = None
-    if title is None and not _inner_markup(el.find("description")).strip():
+    if title is None and not inner_markup(el.find("description")).strip():
         etree.SubElement(el, "title").text = _entry_title(el, _item_link(el))
         el.insert(0, el[-1])
     return el
@@ -230,7 +172,7 @@ def render_rss(
     for hub in feed.hubs:
         etree.SubElement(channel, f"{{{ATOM_NS}}}link", href=hub, rel="hub")
     for entry in entries:
-        el = _item_element(entry)
+        el = item_element(entry)
         if el is not None:
             channel.append(_rss_item(el))
     etree.cleanup_namespaces(rss, top_nsmap=nsmap)
@@ -262,7 +204,7 @@ def _item_link(el: etree._Element) -> str:
 
 
 def _entry_title(el: etree._Element, link: str) -> str:
-    return _text(el.find("title")) or link or "(untitled)"
+    return element_text(el.find("title")) or link or "(untitled)"
 
 
 def _atom_people_and_categories(out: etree._Element, el: etree._Element) -> None:
@@ -272,7 +214,7 @@ def _atom_people_and_categories(out: etree._Element, el: etree._Element) -> None
         if person.email:
             _a(author, "email", person.email)
     for category in el.findall("category"):
-        term = _text(category)
+        term = element_text(category)
         if term:
             attrs = {"term": term}
             scheme = as_uri(category.get("domain"))
@@ -284,8 +226,8 @@ def _atom_people_and_categories(out: etree._Element, el: etree._Element) -> None
 def _atom_text(out: etree._Element, el: etree._Element, title: str, link: str) -> None:
     """Summary and content; RFC 4287 wants content when there is no alternate link,
     and the validator some text in every entry: the title when there is nothing else."""
-    description = _inner_markup(el.find("description")).strip()
-    content = _inner_markup(el.find(f"{{{CONTENT_NS}}}encoded")).strip()
+    description = inner_markup(el.find("description")).strip()
+    content = inner_markup(el.find(f"{{{CONTENT_NS}}}encoded")).strip()
     if content:
         if description:
             _a(out, "summary", description, type="html")
@@ -302,7 +244,7 @@ def _title_attr(el: etree._Element) -> dict[str, str]:
 
 
 def _atom_entry(feed_el: etree._Element, el: etree._Element, entry: StoredEntry) -> None:
-    published, updated = _entry_times(el, entry)
+    published, updated = entry_times(el, entry)
     out = _a(feed_el, "entry")
     _a(out, "id", entry_id(entry.guid))
     link = _item_link(el)
@@ -350,7 +292,7 @@ def render_atom(
     _a(author, "name", GENERATOR)
     _a(root, "generator", GENERATOR, uri=GENERATOR_URI)
     for entry in entries:
-        el = _item_element(entry)
+        el = item_element(entry)
         if el is not None:
             _atom_entry(root, el, entry)
     return etree.tostring(root, xml_declaration=True, encoding="utf-8")

@@ -203,44 +203,39 @@ class Run:
         else:
             self._split(n, step, upstream)
 
-    def _presearch(self, read: int) -> None:
-        """Match every item of step ``read`` once against all its filters."""
-        searcher = self.code.presearchers[read]
-        for f in self.code.searched[read]:
+    def _presearch(
+        self,
+        searcher: Presearcher[int],
+        filters: Iterable[int],
+        items: Iterable[tuple[int, str, Val]],
+        holds: dict[int, frozenset[str]] | None = None,
+    ) -> None:
+        """Match each (row, source, item) once against all the searcher's filters;
+        each filter takes the items it accepts or must evaluate, of the sources it
+        holds (``holds`` None: every item)."""
+        for f in filters:
             self.accepted[f] = {}
             self.pending[f] = {}
-        for row, vals in self.values.get(read, {}).items():
-            for val in vals:
-                accepted, candidates = searcher.match(val.element())
-                for f in accepted:
-                    self.accepted[f].setdefault(row, []).append(val)
-                for f in candidates:
-                    self.pending[f].setdefault(row, []).append(val)
-
-    def _presearch_raw(self, searcher: Presearcher[int]) -> None:
-        """Match every input item once against the filters of source and union steps;
-        each filter keeps the items of its input's sources."""
-        holds = self.code.raw_sources
-        for f in holds:
-            self.accepted[f] = {}
-            self.pending[f] = {}
-        for row, (source, val) in self.loaded.items():
+        for row, source, val in items:
             accepted, candidates = searcher.match(val.element())
             for found, into in ((accepted, self.accepted), (candidates, self.pending)):
                 for f in found:
-                    if source in holds[f]:
-                        into[f][row] = [val]
+                    if holds is None or source in holds[f]:
+                        into[f].setdefault(row, []).append(val)
 
     def _filter(self, n: int, step: Step, upstream: Values) -> None:
         read = step.inputs[0]
         raw = self.code.raw
-        if raw is not None and n in self.code.raw_sources:
-            if n not in self.pending:
-                self._presearch_raw(raw)
+        holds = self.code.raw_sources
+        if raw is not None and n in holds:
+            if n not in self.pending:  # the first of these filters: one match for all
+                loaded = ((row, source, val) for row, (source, val) in self.loaded.items())
+                self._presearch(raw, holds, loaded, holds)
             kept, todo = self.accepted.pop(n), self.pending.pop(n)
         elif read in self.code.presearchers:
             if n not in self.pending:
-                self._presearch(read)
+                items = ((row, "", v) for row, vals in upstream.items() for v in vals)
+                self._presearch(self.code.presearchers[read], self.code.searched[read], items)
             kept, todo = self.accepted.pop(n), self.pending.pop(n)
         else:
             kept, todo = {}, upstream

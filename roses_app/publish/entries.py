@@ -1,0 +1,76 @@
+"""A stored entry as the item element every published format starts from, and the
+fields each format reads the same way (text, inner markup, published and updated)."""
+
+from __future__ import annotations
+
+import logging
+
+from lxml import etree
+
+from roses_app.items import FEED_NAMESPACES, parse_item
+from roses_app.publish.itemfields import fix_dates, fix_uris, parse_date
+from roses_app.publish.sanitize import sanitize_item
+from roses_app.store import StoredEntry
+
+log = logging.getLogger(__name__)
+
+ATOM_NS = FEED_NAMESPACES["atom"]
+DC_NS = FEED_NAMESPACES["dc"]
+
+
+def element_text(el: etree._Element | None) -> str:
+    if el is None:
+        return ""
+    return "".join(el.itertext()).strip()
+
+
+def inner_markup(el: etree._Element | None) -> str:
+    """The content of an element as an HTML string (escaped text or child elements)."""
+    if el is None:
+        return ""
+    parts = [el.text or ""]
+    for child in el:
+        parts.append(etree.tostring(child, encoding="unicode", with_tail=True))
+    return "".join(parts)
+
+
+def item_element(entry: StoredEntry) -> etree._Element | None:
+    """The stored item as an ``<item>`` element, with its guid filled in, sanitized
+    (HTML and URLs: see :mod:`roses_app.publish.sanitize`), and its dates and URIs in
+    the forms RSS and Atom ask (:mod:`roses_app.publish.itemfields`)."""
+    try:
+        el = parse_item(entry.item)
+    except etree.XMLSyntaxError as exc:
+        log.warning("skipping a malformed stored item of %r: %s", entry.stream, exc)
+        return None
+    if el.tag != "item":
+        wrapper = etree.Element("item")
+        wrapper.append(el)
+        el = wrapper
+    fix_dates(el, received(entry))
+    if el.find("guid") is None:
+        guid = etree.SubElement(el, "guid", isPermaLink="false")
+        guid.text = entry.guid
+    sanitize_item(el)
+    fix_uris(el)
+    return el
+
+
+def received(entry: StoredEntry) -> int:
+    """When ROSES received an item, in microseconds.  All items of a poll share that
+    time (``entry.ts``); their order (``entry.seq``) tells them apart, under 1 ms after
+    it, so that entries keep distinct updated times (Atom readers expect them)."""
+    return entry.ts + entry.seq % 1000
+
+
+def entry_times(el: etree._Element, entry: StoredEntry) -> tuple[int | None, int]:
+    """(published, updated) in microseconds: pubDate (or dc:date) and atom:updated,
+    else the publication date.  An undated item has no published time; its updated
+    time is when ROSES received it (:func:`received`)."""
+    published = parse_date(el.findtext("pubDate"))
+    if published is None:
+        published = parse_date(el.findtext(f"{{{DC_NS}}}date"))
+    updated = parse_date(el.findtext(f"{{{ATOM_NS}}}updated"))
+    if updated is None or (published is not None and updated < published):
+        updated = published
+    return published, updated if updated is not None else received(entry)
