@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from lxml import etree
+from publish_support import publish_config
 
-from roses_app.algebra.plan import Source, Split
-from roses_app.config.model import Config, FeedSource, HttpSettings, Publish, Settings, StreamConfig
+from roses_app.config.model import Config, Publish
 from roses_app.items import iso8601, serialize
 from roses_app.publish import HttpServer, create_app
 from roses_app.publish.export import export_static
@@ -66,16 +66,8 @@ ITEM_KEYS = {
 
 
 def make_config(tmp_path: Path) -> Config:
-    src = Source("src")
-    return Config(
-        path=tmp_path / "feeds.yaml",
-        settings=Settings(data_dir=tmp_path, http=HttpSettings("127.0.0.1", 0)),
-        sources={"src": FeedSource("src", "file:x.xml", 60.0)},
-        streams={
-            "news": StreamConfig("news", src, Publish("News <b>today</b>", "All the news")),
-            "topics": StreamConfig("topics", Split(src, "string(category[1])"), Publish("Topics")),
-        },
-    )
+    news = Publish("News <b>today</b>", "All the news")
+    return publish_config(tmp_path, news, split_by="string(category[1])")
 
 
 def data_rows() -> list[OutRow]:

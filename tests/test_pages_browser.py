@@ -25,10 +25,10 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 from lxml import html as lxml_html
+from publish_support import publish_config
 from system_packages import require
 
-from roses_app.algebra.plan import Source, Split
-from roses_app.config.model import Config, FeedSource, HttpSettings, Publish, Settings, StreamConfig
+from roses_app.config.model import Config, Publish
 from roses_app.publish import HttpServer, create_app
 from roses_app.store import OutRow, Store
 
@@ -102,16 +102,7 @@ def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
 
 
 def make_config(tmp_path: Path) -> Config:
-    src = Source("src")
-    return Config(
-        path=tmp_path / "feeds.yaml",
-        settings=Settings(data_dir=tmp_path, http=HttpSettings("127.0.0.1", 0)),
-        sources={"src": FeedSource("src", "file:x.xml", 60.0)},
-        streams={
-            "news": StreamConfig("news", src, Publish("News", "Every story we read")),
-            "topics": StreamConfig("topics", Split(src, "string(category)"), Publish("Topics")),
-        },
-    )
+    return publish_config(tmp_path, Publish("News", "Every story we read"))
 
 
 def story(n: int, base: str) -> str:

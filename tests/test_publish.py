@@ -10,15 +10,11 @@ from pathlib import Path
 import feedparser
 import pytest
 from lxml import etree
+from publish_support import publish_config
 
-from roses_app.algebra.plan import Source, Split
 from roses_app.config.model import (
     Config,
-    FeedSource,
-    HttpSettings,
     Publish,
-    Settings,
-    StreamConfig,
 )
 from roses_app.publish import (
     Catalog,
@@ -38,18 +34,8 @@ T0 = 1_700_000_000_000_000  # µs
 
 
 def make_config(tmp_path: Path, base_url: str | None = None) -> Config:
-    src = Source("src")
-    streams = {
-        "news": StreamConfig("news", src, Publish("News <b>&", "All the news", keep_count=3)),
-        "topics": StreamConfig("topics", Split(src, "string(category)"), Publish("Topics")),
-        "hidden": StreamConfig("hidden", src, None),
-    }
-    return Config(
-        path=tmp_path / "feeds.yaml",
-        settings=Settings(data_dir=tmp_path, http=HttpSettings("127.0.0.1", 8080, base_url)),
-        sources={"src": FeedSource("src", "file:x.xml", 60.0)},
-        streams=streams,
-    )
+    news = Publish("News <b>&", "All the news", keep_count=3)
+    return publish_config(tmp_path, news, more={"hidden": None}, port=8080, base_url=base_url)
 
 
 def rich_item(n: int, *, title: str | None = None, pubdate: bool = True) -> str:

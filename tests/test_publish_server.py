@@ -15,15 +15,13 @@ import feedparser
 import httpx
 import pytest
 from lxml import etree
+from publish_support import publish_config
 
-from roses_app.algebra.plan import Source, Split
 from roses_app.config.model import (
     Config,
-    FeedSource,
     HttpSettings,
     Publish,
     Settings,
-    StreamConfig,
 )
 from roses_app.publish import HttpServer, create_app
 from roses_app.store import OutRow, Store
@@ -41,19 +39,8 @@ class Clock:
 
 
 def make_config(tmp_path: Path) -> Config:
-    src = Source("src")
-    streams = {
-        "news": StreamConfig("news", src, Publish("News", "All the news", keep_count=3)),
-        "topics": StreamConfig("topics", Split(src, "string(category)"), Publish("Topics")),
-        "evil": StreamConfig("evil", src, Publish(EVIL, EVIL)),
-        "hidden": StreamConfig("hidden", src, None),
-    }
-    return Config(
-        path=tmp_path / "feeds.yaml",
-        settings=Settings(data_dir=tmp_path, http=HttpSettings("127.0.0.1", 0)),
-        sources={"src": FeedSource("src", "file:x.xml", 60.0)},
-        streams=streams,
-    )
+    news = Publish("News", "All the news", keep_count=3)
+    return publish_config(tmp_path, news, more={"evil": Publish(EVIL, EVIL), "hidden": None})
 
 
 def item(n: int, title: str | None = None) -> str:
