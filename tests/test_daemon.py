@@ -156,3 +156,45 @@ def test_the_lock_dies_with_its_process_even_on_kill_9(tmp_path: Path) -> None:
         holder.kill()  # SIGKILL: no clean-up runs in the holder
         holder.wait()
     Daemon(config).close()
+
+
+@dataclass
+class StoppableQuery(FakeQuery):
+    stopped: bool = False
+
+    def stop(self) -> None:
+        self.stopped, self.isActive = True, False
+
+
+def test_a_grown_stateless_checkpoint_is_rebased_at_compaction_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stop the stateless query, archive what it read, start afresh, start it again."""
+    import json
+
+    from roses_app.spark import rebase
+
+    daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
+    read = daemon.spool.log_dir / "00000000000000000001-x.jsonl"
+    read.write_text("")
+    checkpoint = tmp_path / "data" / "checkpoints" / "stateless"
+    for folder in ("offsets", "commits", "sources/0"):
+        (checkpoint / folder).mkdir(parents=True)
+        entry = json.dumps({"path": read.as_uri(), "timestamp": 1, "batchId": 0})
+        (checkpoint / folder / "0").write_text(f"v1\n{entry}")
+    started: list[StoppableQuery] = []
+
+    def restart() -> StoppableQuery:
+        started.append(StoppableQuery(True))
+        return started[-1]
+
+    first = StoppableQuery(True)
+    daemon.queries = [RunningQuery("stateless", frozenset(), first, restart)]  # type: ignore[arg-type]
+    daemon._rebase_stateless()  # 2 MB of log before it is due: nothing happens
+    assert not first.stopped and read.exists()
+    monkeypatch.setattr(rebase, "REBASE_LOG_BYTES", 0)
+    daemon._rebase_stateless()
+    assert first.stopped and daemon.queries[0].query is started[0]
+    assert not read.exists() and list(daemon.spool.archive_dir.rglob(read.name))
+    assert rebase.read_epoch(checkpoint) == 1 and daemon.counters["stateless_rebases"] == 1
+    daemon.close()

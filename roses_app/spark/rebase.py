@@ -111,7 +111,8 @@ def rebase(
     done) if its last batch has not committed."""
     if not all_committed(checkpoint):
         return False
-    pending = sorted(p for p in processed_files(checkpoint) if p.parent == log_dir.absolute())
+    folder = log_dir.resolve()  # Spark's paths are as it was given them, unresolved
+    pending = sorted(p for p in processed_files(checkpoint) if p.parent.resolve() == folder)
     for path in pending:
         # where Spark's cleanSource would put it: the full path below the archive
         target = archive / path.relative_to(path.anchor)
