@@ -207,19 +207,20 @@ def run_spark(
 
 
 def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path]:
-    """Write DIR/STREAM.jsonl, or DIR/STREAM/VALUE.jsonl for split outputs.  Each line
-    is ``json.dumps({"ts": ..., "item": ...}, ensure_ascii=False)``; an item many
-    streams have (a thousand subscriptions matching it) is encoded once."""
+    """Write DIR/STREAM.jsonl, or DIR/STREAM/VALUE.jsonl for split outputs, one
+    ``json.dumps({"ts": ..., "item": ...}, ensure_ascii=False)`` line per event.  The
+    line of an event many streams have (a thousand subscriptions matching one item)
+    is made once and written as the same bytes to each file."""
     written: list[Path] = []
-    encoded: dict[str | None, str] = {}
-    # what json.dumps gives for the time (a string of ASCII digits and signs for ISO)
-    ts_json: Callable[[int], str] = (lambda ts: f'"{iso8601(ts)}"') if iso_times else str
+    lines: dict[tuple[int, str | None], bytes] = {}
 
-    def encode(item: str | None) -> str:
-        text = encoded.get(item)
-        if text is None:
-            text = encoded[item] = json.dumps(item, ensure_ascii=False)
-        return text
+    def line(event: RefEvent) -> bytes:
+        found = lines.get((event.ts, event.item))
+        if found is None:
+            record = {"ts": iso8601(event.ts) if iso_times else event.ts, "item": event.item}
+            found = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+            lines[(event.ts, event.item)] = found
+        return found
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for stream, parts in outputs.items():
@@ -230,9 +231,7 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
                 else out_dir / stream / f"{safe_filename(part)}.jsonl"
             )
             path.parent.mkdir(parents=True, exist_ok=True)
-            lines = [f'{{"ts": {ts_json(e.ts)}, "item": {encode(e.item)}}}\n' for e in events]
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write("".join(lines))
+            path.write_bytes(b"".join(map(line, events)))
             written.append(path)
         if not parts:
             (out_dir / stream).mkdir(parents=True, exist_ok=True)
