@@ -223,7 +223,7 @@ class Daemon:
     def _rebase_stateless(self) -> None:
         """Keep the stateless query's checkpoint from growing with uptime (see
         :mod:`roses_app.spark.rebase`)."""
-        from roses_app.spark.runner import rebase_running
+        from roses_app.spark.rebase import rebase_running
 
         checkpoints = self.config.settings.data_dir / "checkpoints"
         if rebase_running(checkpoints, self.spool.log_dir, self.store, self.queries):

@@ -212,6 +212,12 @@ class Spool:
 MARKER = ".compacting"
 
 
+def archive_of(log_dir: Path) -> Path:
+    """Where Spark moves the spool files it has committed (the ``archive/`` beside
+    ``log/``)."""
+    return log_dir.parent / "archive"
+
+
 def last_archived_seq(archive: Path) -> int:
     """The latest seq in the archived spool files (0: none).  Files never overlap in
     seq, so it is in the file that starts last: only that one is read."""

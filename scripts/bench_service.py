@@ -232,11 +232,11 @@ def settle(daemon: Daemon, run: ServiceRun, args: argparse.Namespace) -> None:
 def measure_idle(daemon: Daemon, run: ServiceRun, args: argparse.Namespace) -> None:
     settle(daemon, run, args)
     before = daemon.health()
-    cpu0, t0 = proctree.tree_cpu_seconds(daemon.pid), time.monotonic()
-    time.sleep(args.idle)
-    cpu1, t1 = proctree.tree_cpu_seconds(daemon.pid), time.monotonic()
+    t0 = time.monotonic()
+    cpu = proctree.tree_cpu_over(daemon.pid, args.idle)
+    t1 = time.monotonic()
     daemon.check_alive()
-    run.idle_cpu = 100.0 * (cpu1 - cpu0) / (t1 - t0)
+    run.idle_cpu = 100.0 * cpu / (t1 - t0)
     run.idle_rss = sum(proctree.rss_bytes(pid) for pid in proctree.tree_pids(daemon.pid))
     after = daemon.health()
     counts = [after.get(k, 0) - before.get(k, 0) for k in ("batches_written", "rows_written")]

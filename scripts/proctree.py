@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,8 +79,24 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS  # utime stime cutime cstime
 
 
-def tree_cpu_seconds(root: int) -> float:
-    return sum(cpu_seconds(pid) for pid in tree_pids(root))
+def tree_cpu_over(root: int, seconds: float, every: float = 0.5) -> float:
+    """The CPU seconds a process tree uses over the next ``seconds``: per process, its
+    last sample minus its first (from 0 for one started meanwhile).  Sampling matters:
+    Spark's Python daemon does not reap its workers, so the time of a worker that
+    exits is in no parent's; one exiting between two samples loses at most ``every``
+    seconds of it (two samples, before and after, lost all of it, and the figure
+    could come out negative)."""
+    first = {pid: cpu_seconds(pid) for pid in tree_pids(root)}
+    last = dict(first)
+    deadline = time.monotonic() + seconds
+    while (now := time.monotonic()) < deadline:
+        time.sleep(min(every, deadline - now))
+        for pid in tree_pids(root):
+            cpu = cpu_seconds(pid)
+            if cpu:  # 0.0: gone meanwhile
+                last[pid] = cpu
+                first.setdefault(pid, 0.0)
+    return sum(last[pid] - first[pid] for pid in last)
 
 
 class PeakSampler(threading.Thread):

@@ -164,7 +164,7 @@ def test_a_running_stateless_query_is_rebased_between_two_batches(
     import time
 
     from roses_app.spark.queries import stop_gracefully
-    from roses_app.spark.runner import Engine, rebase_running, start_queries
+    from roses_app.spark.runner import Engine, start_queries
 
     def wait_for(check: Any, what: str) -> None:
         deadline = time.monotonic() + 120
@@ -183,9 +183,9 @@ def test_a_running_stateless_query_is_rebased_between_two_batches(
     try:
         wait_for(lambda: sink.position("stateless") == 24, "the first file")
         checkpoints = tmp_path / "checkpoints"
-        assert not rebase_running(checkpoints, tmp_path / "log", sink, running)  # not due
+        assert not rb.rebase_running(checkpoints, tmp_path / "log", sink, running)  # not due
         monkeypatch.setattr(rb, "REBASE_LOG_BYTES", 0)
-        assert rebase_running(checkpoints, tmp_path / "log", sink, running)
+        assert rb.rebase_running(checkpoints, tmp_path / "log", sink, running)
         assert running[0].query.isActive and rb.read_epoch(checkpoints / "stateless") == 1
         rest = [*second, heartbeat]
         write_events(

@@ -32,9 +32,16 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlparse
+
+from roses_app.spark.layout import STATELESS_QUERY
+from roses_app.spool import archive_of
+
+if TYPE_CHECKING:
+    from roses_app.spark.queries import RunningQuery
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +157,38 @@ def finish_rebase(checkpoint: Path, forget_batches: Callable[[], None]) -> None:
     os.replace(pending, checkpoint / EPOCH_FILE)
 
 
+class Forgets(Protocol):
+    def forget_query(self, query_id: str, *, keep_position: bool = False) -> None: ...
+
+
+def rebase_stateless(checkpoints: Path, log_dir: Path, sink: Forgets) -> bool:
+    """:func:`rebase` the stateless query's checkpoint; the query must not be running."""
+    return rebase(
+        checkpoints / STATELESS_QUERY,
+        log_dir,
+        archive_of(log_dir),
+        lambda: sink.forget_query(STATELESS_QUERY, keep_position=True),
+    )
+
+
+def rebase_running(
+    checkpoints: Path, log_dir: Path, sink: Forgets, queries: Sequence[RunningQuery]
+) -> bool:
+    """While the daemon runs: when the stateless query's file-source log has grown,
+    stop it after its batch in flight, start its checkpoint afresh and start it
+    again (the stateful queries go on meanwhile)."""
+    from roses_app.spark.queries import stop_gracefully
+
+    running = next((q for q in queries if q.name == STATELESS_QUERY), None)
+    if running is None or not rebase_due(checkpoints / STATELESS_QUERY):
+        return False
+    stop_gracefully([running])
+    try:
+        return rebase_stateless(checkpoints, log_dir, sink)
+    finally:
+        running.query = running.restart()
+
+
 def _write_durably(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -169,4 +208,6 @@ __all__ = [
     "read_epoch",
     "rebase",
     "rebase_due",
+    "rebase_running",
+    "rebase_stateless",
 ]

@@ -47,11 +47,11 @@ from roses_app.spark.layout import (
     save_generation,
 )
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
-from roses_app.spark.queries import RunningQuery, await_all, stop_gracefully
-from roses_app.spark.rebase import finish_rebase, read_epoch, rebase, rebase_due
+from roses_app.spark.queries import RunningQuery, await_all
+from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
 from roses_app.spark.registry import above_watermark
 from roses_app.spark.udfs import CountsParam
-from roses_app.spool import SPARK_SCHEMA_DDL, last_archived_seq
+from roses_app.spool import SPARK_SCHEMA_DDL, archive_of, last_archived_seq
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,6 @@ class Sink(Ledger, Protocol):
         """The query starts without a checkpoint: its batch ids start again at 0 (and
         its position, unless it goes on from where it was)."""
         ...
-
-
-def archive_of(log_dir: Path) -> Path:
-    """Where Spark moves the spool files it has committed (see :mod:`roses_app.spool`)."""
-    return log_dir.parent / "archive"
 
 
 # At most this much of the spool per micro-batch (Spark takes at least one file): a
@@ -226,33 +221,6 @@ def start_queries(engine: Engine, streams: Sequence[Stream]) -> list[RunningQuer
 
 
 # -- the stateless query ---------------------------------------------------------------
-
-
-def rebase_stateless(checkpoints: Path, log_dir: Path, sink: Sink) -> bool:
-    """Start the stateless query's checkpoint afresh (see :mod:`.rebase`); the query
-    must not be running."""
-    return rebase(
-        checkpoints / STATELESS_QUERY,
-        log_dir,
-        archive_of(log_dir),
-        lambda: sink.forget_query(STATELESS_QUERY, keep_position=True),
-    )
-
-
-def rebase_running(
-    checkpoints: Path, log_dir: Path, sink: Sink, queries: Sequence[RunningQuery]
-) -> bool:
-    """While the daemon runs: when the stateless query's file-source log has grown,
-    stop it after its batch in flight, start its checkpoint afresh and start it
-    again (the stateful queries go on meanwhile)."""
-    running = next((q for q in queries if q.name == STATELESS_QUERY), None)
-    if running is None or not rebase_due(checkpoints / STATELESS_QUERY):
-        return False
-    stop_gracefully([running])
-    try:
-        return rebase_stateless(checkpoints, log_dir, sink)
-    finally:
-        running.query = running.restart()
 
 
 def start_stateless(engine: Engine, layout: Layout) -> RunningQuery:
