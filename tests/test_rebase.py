@@ -181,8 +181,14 @@ def test_a_running_stateless_query_is_rebased_between_two_batches(
     )
     running = start_queries(engine, STREAMS)
     try:
-        wait_for(lambda: sink.position("stateless") == 24, "the first file")
         checkpoints = tmp_path / "checkpoints"
+        # Spark commits a batch after its sink has written it: only then is it due
+        wait_for(
+            lambda: (
+                sink.position("stateless") == 24 and rb.all_committed(checkpoints / "stateless")
+            ),
+            "the first file, committed",
+        )
         assert not rb.rebase_running(checkpoints, tmp_path / "log", sink, running)  # not due
         monkeypatch.setattr(rb, "REBASE_LOG_BYTES", 0)
         assert rb.rebase_running(checkpoints, tmp_path / "log", sink, running)
