@@ -67,7 +67,7 @@ def test_a_program_has_one_step_per_distinct_node() -> None:
     assert program.describe() == "4 steps (3 filter, 1 source), 9 outputs"
 
 
-def _events(n: int, first_seq: int = 1, start: int = 1) -> list[RefInput]:
+def numbered_events(n: int, first_seq: int = 1, start: int = 1) -> list[RefInput]:
     words = ["volcano", "ash", "football", "rain"]
     return [
         RefInput(
@@ -81,7 +81,7 @@ def _events(n: int, first_seq: int = 1, start: int = 1) -> list[RefInput]:
     ]
 
 
-def _write(folder: Path, name: str, events: list[RefInput]) -> None:
+def write_spool(folder: Path, name: str, events: list[RefInput]) -> None:
     write_events(folder / name, [Event(e.source, e.ts, e.seq, e.item) for e in events])
 
 
@@ -110,11 +110,11 @@ def _subscriptions(n: int) -> list[Stream]:
 
 @pytest.mark.spark
 def test_one_query_for_1_and_for_200_stateless_streams(tmp_path: Path, spark: Any) -> None:
-    events = _events(40)
+    events = numbered_events(40)
     counts = {}
     for n in (1, 200):
         work = tmp_path / str(n)
-        _write(work / "log", "e.jsonl", events)
+        write_spool(work / "log", "e.jsonl", events)
         streams = _subscriptions(n)
         sink = MemorySink([s.name for s in streams])
         running = _run(spark, work, streams, sink)
@@ -135,9 +135,9 @@ def test_one_query_for_1_and_for_200_stateless_streams(tmp_path: Path, spark: An
 def test_a_backlog_runs_as_several_bounded_batches(tmp_path: Path, spark: Any) -> None:
     """A spool bigger than a micro-batch's byte bound is read in several batches (the
     driver never holds the whole backlog's output), with the same result."""
-    events = _events(60)
+    events = numbered_events(60)
     for k in range(6):
-        _write(tmp_path / "log", f"{k}.jsonl", events[k * 10 : (k + 1) * 10])
+        write_spool(tmp_path / "log", f"{k}.jsonl", events[k * 10 : (k + 1) * 10])
     streams = _subscriptions(3)
     sink = MemorySink([s.name for s in streams])
     file_size = (tmp_path / "log" / "0.jsonl").stat().st_size
@@ -165,12 +165,12 @@ def test_adding_streams_recomputes_only_them(tmp_path: Path, spark: Any) -> None
             ),
         ),
     ]
-    first, second = _events(30), _events(30, first_seq=31, start=31)
+    first, second = numbered_events(30), numbered_events(30, first_seq=31, start=31)
     sink = MemorySink([s.name for s in new])
-    _write(tmp_path / "log", "1.jsonl", first)
+    write_spool(tmp_path / "log", "1.jsonl", first)
     running = _run(spark, tmp_path, old, sink)
     assert [r.name for r in running][:1] == ["stateless"] and len(running) == 2
-    _write(tmp_path / "log", "2.jsonl", [*second, RefInput("", 10**4, 61, None)])
+    write_spool(tmp_path / "log", "2.jsonl", [*second, RefInput("", 10**4, 61, None)])
     running = _run(spark, tmp_path, new, sink)
     # the stateless query goes on; the new stateful stream gets a generation of its own
     assert [r.name for r in running][:2] == ["stateless", running[1].name] and len(running) == 3
@@ -231,8 +231,8 @@ def test_deleting_the_checkpoints_recomputes_everything(tmp_path: Path, spark: A
     from roses_app.spark.runner import Engine, start_queries
     from roses_app.store import Store
 
-    events = _events(12)
-    _write(tmp_path / "log", "e.jsonl", events)
+    events = numbered_events(12)
+    write_spool(tmp_path / "log", "e.jsonl", events)
     streams = [Stream("volcano", VOLCANO)]
     expected = evaluate_streams(streams, events)["volcano"][""]
     with Store(tmp_path / "store.sqlite") as store:
@@ -250,8 +250,8 @@ def test_deleting_the_checkpoints_recomputes_everything(tmp_path: Path, spark: A
 
 @pytest.mark.spark
 def test_streams_with_equal_plans_each_get_every_event_once(tmp_path: Path, spark: Any) -> None:
-    events = _events(12)
-    _write(tmp_path / "log", "e.jsonl", events)
+    events = numbered_events(12)
+    write_spool(tmp_path / "log", "e.jsonl", events)
     streams = [Stream("one", VOLCANO), Stream("two", VOLCANO), Stream("all", Source("a"))]
     sink = MemorySink([s.name for s in streams])
     _run(spark, tmp_path, streams, sink)

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_globalplan import DIGEST, VOLCANO, numbered_events, write_spool
 
-from roses_app.algebra.plan import Aggregate, Filter, Source, Stream, TimeWindow, Window, XQuery
+from roses_app.algebra.plan import Aggregate, Stream, TimeWindow, Window
 from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.items import Event
 from roses_app.replay import MemorySink
 from roses_app.spark import rebase as rb
-from roses_app.spool import write_events
 
 
 def spark_log(folder: Path, batch: int, paths: list[Path], compact: bool = False) -> None:
@@ -92,26 +91,10 @@ def test_a_rebase_cut_short_after_its_commit_point_is_finished(tmp_path: Path) -
     assert forgotten == [True]
 
 
-VOLCANO = Filter(Source("a"), "contains(lower-case(string(.)), 'volcano')")
-DIGEST = XQuery("<item><title>{ count($items) }</title></item>")
 STREAMS = [
     Stream("volcano", VOLCANO),
     Stream("hourly", Aggregate(Window(VOLCANO, TimeWindow(10, 10)), DIGEST, "hourly")),
 ]
-
-
-def _events(n: int, first_seq: int) -> list[RefInput]:
-    words = ["volcano", "ash", "football", "rain"]
-    return [
-        RefInput(
-            "ab"[k % 2],
-            first_seq + k,
-            first_seq + k,
-            f"<item><title>{words[k % 4]} {first_seq + k}</title>"
-            f"<guid>g{first_seq + k}</guid></item>",
-        )
-        for k in range(n)
-    ]
 
 
 @pytest.mark.spark
@@ -129,19 +112,15 @@ def test_rebased_runs_give_the_reference_output_once(
     checkpoint = tmp_path / "checkpoints" / "stateless"
     every: list[RefInput] = []
     for run in range(3):
-        events = _events(24, 1 + 24 * run)
+        events = numbered_events(24, 1 + 24 * run, start=1 + 24 * run)
         every += events
         for k in range(2):  # two spool files a run
-            chunk = events[k * 12 : (k + 1) * 12]
-            write_events(
-                tmp_path / "log" / f"{run}-{k}.jsonl",
-                [Event(e.source, e.ts, e.seq, e.item) for e in chunk],
-            )
+            write_spool(tmp_path / "log", f"{run}-{k}.jsonl", events[k * 12 : (k + 1) * 12])
         engine = Engine(spark, (), tmp_path / "log", tmp_path, sink, once=True)
         await_all(start_queries(engine, STREAMS))
         assert rb.read_epoch(checkpoint) == run  # the first run had no checkpoint yet
     heartbeat = RefInput("", 10**4, 1 + 24 * 3, None)
-    write_events(tmp_path / "log" / "end.jsonl", [Event("", heartbeat.ts, heartbeat.seq, None)])
+    write_spool(tmp_path / "log", "end.jsonl", [heartbeat])
     await_all(
         start_queries(Engine(spark, (), tmp_path / "log", tmp_path, sink, once=True), STREAMS)
     )
@@ -174,11 +153,9 @@ def test_a_running_stateless_query_is_rebased_between_two_batches(
 
     sink = MemorySink([s.name for s in STREAMS])
     engine = Engine(spark, (), tmp_path / "log", tmp_path, sink, trigger_seconds=0.5)
-    first, second = _events(24, 1), _events(24, 25)
+    first, second = numbered_events(24), numbered_events(24, 25, start=25)
     heartbeat = RefInput("", 10**4, 49, None)
-    write_events(
-        tmp_path / "log" / "1.jsonl", [Event(e.source, e.ts, e.seq, e.item) for e in first]
-    )
+    write_spool(tmp_path / "log", "1.jsonl", first)
     running = start_queries(engine, STREAMS)
     try:
         checkpoints = tmp_path / "checkpoints"
@@ -194,9 +171,7 @@ def test_a_running_stateless_query_is_rebased_between_two_batches(
         assert rb.rebase_running(checkpoints, tmp_path / "log", sink, running)
         assert running[0].query.isActive and rb.read_epoch(checkpoints / "stateless") == 1
         rest = [*second, heartbeat]
-        write_events(
-            tmp_path / "log" / "2.jsonl", [Event(e.source, e.ts, e.seq, e.item) for e in rest]
-        )
+        write_spool(tmp_path / "log", "2.jsonl", rest)
         expected = evaluate_streams(STREAMS, [*first, *rest])
         wait_for(
             lambda: len(sink.collected["hourly"].get("", [])) >= len(expected["hourly"][""]),
