@@ -93,10 +93,12 @@ class Subscriber:
                     status = owner.status if accepted else 403
                 else:
                     status, accepted = owner.status, True
+                # Recorded before answering: the hub may finish (and the test look) as
+                # soon as the answer is out.
+                owner.deliveries.put(Delivery(body, headers, accepted, at))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                owner.deliveries.put(Delivery(body, headers, accepted, at))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
