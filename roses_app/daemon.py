@@ -79,7 +79,7 @@ class Daemon:
             raise
 
     def _open(self, config: Config, data: Path) -> None:
-        self.spool = Spool(data / "spool")
+        self.spool = Spool(data / "spool", max_future=config.settings.max_future)
         self.store = Store(data / "store.sqlite")
         self.states = StateStore(data / "sources.sqlite")
         self.poller = Poller(
@@ -306,6 +306,8 @@ class Daemon:
             "spool_items": self.spool.count(),
             "feeds": len(Catalog(self.config, self.store).feeds()),
             "dropped_items_per_step": dict(self.errors.value) if self.errors is not None else {},
+            # publication dates not believed (before 1990, too far ahead): ingest time used
+            "implausible_dates_per_source": dict(self.spool.implausible_dates),
             **counters,
         }
 

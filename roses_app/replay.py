@@ -1,7 +1,9 @@
 """``roses replay``: evaluate the configured streams on a finite event list.
 
 Input: JSON Lines, one ``{"source": NAME, "ts": ISO-8601 or integer, "item": XML}``
-per line.  Output: ``DIR/STREAM.jsonl`` (split outputs ``DIR/STREAM/VALUE.jsonl``),
+per line, in arrival order (``ts`` is the ingest time), with an optional
+``"published"`` time of the same kind (the event time of sources read with
+``time: published``).  Output: ``DIR/STREAM.jsonl`` (split outputs ``DIR/STREAM/VALUE.jsonl``),
 one ``{"ts": ..., "item": ...}`` per output event in output order.  Integer times
 are abstract ticks and come out as integers; ISO-8601 times come out as ISO-8601 UTC.
 Both engines write identical files.
@@ -10,6 +12,7 @@ Both engines write identical files.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -20,9 +23,12 @@ from pathlib import Path
 from roses_app.algebra.plan import Split
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.config.model import Config
+from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
 from roses_app.items import Event, iso8601, micros_of, parse_item, safe_filename
 from roses_app.store import OutRow, RowLike
+
+log = logging.getLogger(__name__)
 
 Outputs = dict[str, dict[str, list[RefEvent]]]  # stream -> part -> events
 
@@ -50,7 +56,8 @@ def _parse_ts(value: object) -> tuple[int, bool]:
     raise ValueError(f"ts must be an integer or an ISO-8601 string, got {type(value).__name__}")
 
 
-def _parse_line(line: str) -> tuple[str, int, bool, str | None]:
+def _parse_line(line: str) -> tuple[str, int, bool, str | None, int | None]:
+    """source, ts, whether ts is ISO-8601, item, published (same kind as ts)."""
     record = json.loads(line)
     if not isinstance(record, dict):
         raise ValueError("each line must be a JSON object")
@@ -60,20 +67,30 @@ def _parse_line(line: str) -> tuple[str, int, bool, str | None]:
     missing = [k for k in needed if k not in record]
     if missing:
         raise ValueError(f"missing key(s): {', '.join(missing)}")
-    extra = sorted(set(record) - {"source", "ts", "item"})
+    extra = sorted(set(record) - {"source", "ts", "item", "published"})
     if extra:
-        raise ValueError(f"unknown key(s): {', '.join(extra)} (expected: source, ts, item)")
+        raise ValueError(
+            f"unknown key(s): {', '.join(extra)} (expected: source, ts, item, published)"
+        )
     source, item = record.get("source", ""), record["item"]
     if not isinstance(source, str) or not (heartbeat or isinstance(item, str)):
         raise ValueError("source and item must be strings (item null: a heartbeat)")
     if item is not None:
         parse_item(item)  # a broken item is an input mistake, reported with its line
     ts, iso = _parse_ts(record["ts"])
-    return source, ts, iso, item
+    published = None
+    if record.get("published") is not None:
+        published, published_iso = _parse_ts(record["published"])
+        if published_iso != iso:
+            raise ValueError("published must be of the same kind as ts (both ISO-8601 or ticks)")
+    return source, ts, iso, item, published
 
 
-def read_events(path: Path) -> EventList:
-    """Read and check the whole file; all mistakes are reported together."""
+def read_events(path: Path, max_future: int = DEFAULT_MAX_FUTURE) -> EventList:
+    """Read and check the whole file; all mistakes are reported together.  The line
+    order is the arrival order.  An ISO-8601 ``published`` time that cannot be one
+    (before 1990, or more than ``max_future`` µs after ``ts``) is logged and treated
+    as missing, as the daemon does; integer ticks are taken as they are."""
     events: list[RefInput] = []
     kinds: set[bool] = set()
     problems: list[str] = []
@@ -82,12 +99,21 @@ def read_events(path: Path) -> EventList:
             if not line.strip():
                 continue
             try:
-                source, ts, iso, item = _parse_line(line)
+                source, ts, iso, item, published = _parse_line(line)
             except (ValueError, SyntaxError) as exc:  # bad JSON, our checks; lxml: SyntaxError
                 problems.append(f"{path}:{number}: {exc}")
                 continue
             kinds.add(iso)
-            events.append(RefInput(source, ts, number, item))
+            if iso and published is not None:
+                checked = plausible_published(published, ts, max_future)
+                if checked is None:
+                    log.warning(
+                        "%s:%d: source %s: published %s is not plausible at ts %s (before "
+                        "1990 or too far ahead): the item keeps its ingest time",
+                        path, number, source, iso8601(published), iso8601(ts),
+                    )  # fmt: skip
+                published = checked
+            events.append(RefInput(source, ts, number, item, published))
     if len(kinds) > 1:
         problems.append(f"{path}: mixes integer and ISO-8601 times; use one kind")
     if problems:
@@ -181,7 +207,10 @@ def run_spark(
         for n in range(0, max(len(events.events), 1), size):
             write_events(
                 log_dir / f"events-{n:012d}.jsonl",
-                [Event(e.source, e.ts, e.seq, e.item) for e in events.events[n : n + size]],
+                [
+                    Event(e.source, e.ts, e.seq, e.item, e.published)
+                    for e in events.events[n : n + size]
+                ],
             )
         engine = Engine(
             spark,
@@ -245,7 +274,7 @@ def replay(
     engine: str,
     progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    events = read_events(events_path)
+    events = read_events(events_path, config.settings.max_future)
     if engine == "reference":
         outputs = run_reference(config, events)
     elif engine == "spark":

@@ -28,12 +28,14 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import SpoolError
-from roses_app.items import MICROS, Event, dedup_key
+from roses_app.items import MICROS, Event, dedup_key, iso8601
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,16 @@ def wall_clock_micros() -> int:
 class Spool:
     """Append-only, deduplicating, crash-safe event log."""
 
-    def __init__(self, root: Path, clock: Callable[[], int] = wall_clock_micros) -> None:
+    def __init__(
+        self,
+        root: Path,
+        clock: Callable[[], int] = wall_clock_micros,
+        max_future: int = DEFAULT_MAX_FUTURE,
+    ) -> None:
         self.root = Path(root)
+        self.max_future = max_future
+        # source -> publication dates not believed since the start (kept as missing)
+        self.implausible_dates: Counter[str] = Counter()
         self.log_dir = self.root / "log"
         self.archive_dir = self.root / "archive"
         self.tmp_dir = self.root / "tmp"
@@ -131,13 +141,24 @@ class Spool:
             ts = self.next_ts()
             first = self._counter("seq") + 1
             events = [
-                Event(source=source, ts=ts, seq=first + n, item=xml, published=pub, key=key)
+                Event(source, ts, first + n, xml, self._plausible(source, pub, ts), key)
                 for n, (key, xml, pub) in enumerate(fresh)
             ]
             name = f"{first:020d}-{uuid.uuid4().hex[:8]}.jsonl"
             self._write_durably(name, events)
             self._index(name, events)
             return events
+
+    def _plausible(self, source: str, published: int | None, ts: int) -> int | None:
+        checked = plausible_published(published, ts, self.max_future)
+        if checked is None and published is not None:
+            self.implausible_dates[source] += 1
+            log.warning(
+                "source %s: an item's publication date %s is before 1990 or more than %ds "
+                "after now: it keeps its ingest time",
+                source, iso8601(published), self.max_future // MICROS,
+            )  # fmt: skip
+        return checked
 
     def heartbeat(self) -> Event:
         """Append a heartbeat: an event without item saying that time has come.

@@ -504,7 +504,7 @@ def test_registering_an_operator(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         p.startswith(
             "4: unknown operator 'fliter' (expected one of: filter, map, union, "
             "split, window, join, product, semijoin, diff, delta, aggregate, group, grouping, "
-            "nest, unnest, both; or publish)"
+            "nest, unnest, both; or publish, time)"
         )
         for p in problems
     )

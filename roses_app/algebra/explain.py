@@ -107,7 +107,7 @@ def _describe_time_operator(node: Node) -> str | None:
 def describe(node: Node) -> str:
     """One line for one node: the operator and its parameters."""
     if isinstance(node, Source):
-        return f"Source {node.name}"
+        return f"Source {node.name}" + (" (published time)" if node.time == "published" else "")
     if isinstance(node, Filter):
         return f"Filter σ where {node.where!r}"
     if isinstance(node, Map):

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
+# What a source's event time is: see :class:`Source`.
+TIME_MODES = ("ingest", "published")
+
 # Attributes a node computes once and keeps (never pickled: recomputed on use).
 _CACHED = ("digest", "_hash", "tree_size")
 
@@ -157,9 +160,17 @@ class Node:
 
 @dataclass(frozen=True, eq=False)
 class Source(Node):
-    """The events of one configured source (feed or mailbox)."""
+    """The events of one configured source (feed or mailbox).  ``time`` says which of
+    an item's times is its event time: ``ingest`` (when it entered the spool: in
+    order) or ``published`` (its publication time, else its ingest time: items may
+    then come out of order)."""
 
     name: str
+    time: str = "ingest"
+
+    def __post_init__(self) -> None:
+        if self.time not in TIME_MODES:
+            raise ValueError(f"unknown time {self.time!r} (expected one of {TIME_MODES})")
 
 
 @dataclass(frozen=True, eq=False)

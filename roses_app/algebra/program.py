@@ -32,6 +32,7 @@ class Step:
     xquery: XQuery | None = None
     stream: str = ""
     label: str = ""
+    time: str = "ingest"  # a source's: which time its items take (Source.time)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def _step(node: Node, inputs: tuple[int, ...]) -> Step:
     label = node.origin.step or type(node).__name__
     common = {"inputs": inputs, "stream": node.origin.stream, "label": label}
     if isinstance(node, Source):
-        return Step("source", arg=node.name, **common)  # type: ignore[arg-type]
+        return Step("source", arg=node.name, time=node.time, **common)  # type: ignore[arg-type]
     if isinstance(node, Filter):
         return Step("filter", arg=node.where, **common)  # type: ignore[arg-type]
     if isinstance(node, Map):

@@ -36,12 +36,16 @@ class RefEvent:
 
 @dataclass(frozen=True)
 class RefInput:
-    """An input event; ``item`` None is a heartbeat: it only says that time passed."""
+    """An input event; ``item`` None is a heartbeat: it only says that time passed.
+    ``ts`` is the ingest time (the arrival order), ``published`` the item's
+    publication time when it has a plausible one (its time for a source read with
+    ``time: published``)."""
 
     source: str
     ts: int
     seq: int
     item: str | None
+    published: int | None = None
 
 
 @dataclass

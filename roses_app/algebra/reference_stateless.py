@@ -6,6 +6,7 @@ pass through every one of them, so that the operators of time see time go by.
 
 from __future__ import annotations
 
+from roses_app.algebra.eventtime import event_time
 from roses_app.algebra.plan import Filter, Map, Source, Union
 from roses_app.algebra.reference_registry import Context, RefEvent, ordered, register, run
 
@@ -13,9 +14,11 @@ from roses_app.algebra.reference_registry import Context, RefEvent, ordered, reg
 @register
 def _source(node: Source, ctx: Context) -> list[RefEvent]:
     # Heartbeats belong to every source: time passes for all of them.
-    return [
-        RefEvent(e.ts, e.seq, e.item) for e in ctx.inputs if e.source == node.name or e.item is None
-    ]
+    return ordered(
+        RefEvent(event_time(e.ts, e.published, node.time), e.seq, e.item)
+        for e in ctx.inputs
+        if e.source == node.name or e.item is None
+    )
 
 
 @register

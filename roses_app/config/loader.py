@@ -20,10 +20,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from roses_app.algebra.plan import Node, Origin
+from roses_app.algebra.plan import TIME_MODES, Node, Origin
 from roses_app.config.fields import Problems, Section, check_name
 from roses_app.config.mail import mail_source
 from roses_app.config.model import (
@@ -39,7 +40,12 @@ from roses_app.config.model import (
     WebSubSettings,
 )
 from roses_app.config.opml import opml_sources
-from roses_app.config.streams import StreamPlanner, XPathChecker, check_stateful_copies
+from roses_app.config.streams import (
+    StreamPlanner,
+    XPathChecker,
+    check_event_time,
+    check_stateful_copies,
+)
 from roses_app.config.yamlmarks import Marked, describe, load
 from roses_app.errors import ConfigError, ConfigProblem
 
@@ -107,7 +113,9 @@ def parse_config(
     section = {k: v if v is not None and v.value is not None else None for k, v in section.items()}
     settings = _settings(problems, section["settings"], base_dir)
     sources, declared = _sources(problems, section["sources"], base_dir, settings.fetch)
-    streams = _streams(problems, file, section["streams"], declared, settings, xpath_checker)
+    streams = _streams(
+        problems, file, section["streams"], declared, sources, settings, xpath_checker
+    )
 
     if problems:
         raise ConfigError(problems.result())
@@ -140,6 +148,7 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
             "fetch",
             "namespaces",
             "lateness",
+            "max_future",
             "spool",
             "websub",
         ),
@@ -193,6 +202,7 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
             namespaces.append((prefix, uri))
 
     lateness = s.duration("lateness", 0.0, positive=False)
+    max_future = s.duration("max_future", d.max_future / 1_000_000)
     spool_section = s.section("spool", optional=("compact_every",))
     compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
     websub = _websub(problems, s.section("websub", optional=("external_hub", "lease")), d)
@@ -203,6 +213,7 @@ def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settin
         fetch=fetch,
         namespaces=tuple(namespaces),
         lateness=round(lateness * 1_000_000),
+        max_future=round(max_future * 1_000_000),
         compact_every_seconds=compact_every,
         websub=websub,
     )
@@ -264,8 +275,9 @@ def _sources(
             source = mail_source(problems, name, value, line, base_dir, smtp_ports)
         else:
             source = _feed_source(problems, name, value, line, base_dir, fetch)
+        time = _time_mode(problems, value, f"sources.{name}")
         if source is not None:
-            out[name] = source
+            out[name] = replace(source, time=time)
     # After the sources written out: their names and URLs come first.
     taken = set(declared)
     known_urls = {s.url for s in out.values() if isinstance(s, FeedSource)}
@@ -279,12 +291,32 @@ def _sources(
     return out, declared
 
 
+def _time_mode(problems: Problems, value: Marked, what: str) -> str:
+    """The ``time:`` key of a source or stream mapping (``ingest`` when absent)."""
+    found = value.value.get("time") if value.is_map else None
+    if found is None:
+        return "ingest"
+    if found.value not in TIME_MODES:
+        problems.add(
+            found.line,
+            f"{what}.time must be one of {', '.join(TIME_MODES)} (published: each item's "
+            f"publication time is its time), got {describe(found)}",
+        )
+        return "ingest"
+    return str(found.value)
+
+
 def _feed_source(
     problems: Problems, name: str, value: Marked, line: int, base_dir: Path, fetch: FetchSettings
 ) -> FeedSource | None:
     what = f"sources.{name}"
     s = Section(
-        problems, value, what, required=("feed",), optional=("every", "categories"), line=line
+        problems,
+        value,
+        what,
+        required=("feed",),
+        optional=("every", "categories", "time"),
+        line=line,
     )
     every = s.duration("every", fetch.default_every_seconds)
     url = None
@@ -346,6 +378,7 @@ def _streams(
     file: str,
     node: Marked | None,
     declared: dict[str, int],
+    sources: dict[str, SourceConfig],
     settings: Settings,
     xpath_checker: XPathChecker,
 ) -> dict[str, StreamConfig]:
@@ -367,8 +400,12 @@ def _streams(
                 "sources and streams share one namespace (rename one of them)",
             )
 
+    times = {name: source.time for name, source in sources.items() if source.time != "ingest"}
+    for name, body in bodies.items():
+        if body.is_map and "time" in body.value:
+            times[name] = _time_mode(problems, body, f"streams.{name}")
     planner = StreamPlanner(
-        problems, file, list(declared), bodies, settings.namespaces, xpath_checker
+        problems, file, list(declared), bodies, settings.namespaces, xpath_checker, times
     )
     out: dict[str, StreamConfig] = {}
     for name, body in bodies.items():
@@ -380,6 +417,7 @@ def _streams(
                 name=name, plan=plan, publish=publish, origin=Origin(file, line, name, name)
             )
     check_stateful_copies(problems, [s.stream for s in out.values()], settings.namespaces)
+    check_event_time(problems, [s.stream for s in out.values()])
     return out
 
 

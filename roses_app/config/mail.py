@@ -61,7 +61,7 @@ def mail_source(
     names, so that two sources listening on one port are reported.
     """
     what = f"sources.{name}"
-    s = Section(problems, value, what, required=("mail",), optional=("every",), line=line)
+    s = Section(problems, value, what, required=("mail",), optional=("every", "time"), line=line)
     mail = s.get("mail")
     if mail is None:
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from roses_app.algebra.plan import Node, Origin, Stream
+from roses_app.dates import DEFAULT_MAX_FUTURE
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Settings:
     # How late (µs) an event may come and still update windows and joins: Spark's
     # watermark delay, and what the reference evaluator holds back as undecided.
     lateness: int = 0
+    # A publication date more than this (µs) after its item's ingest time is not
+    # believed: the item keeps its ingest time (see roses_app.algebra.eventtime).
+    max_future: int = DEFAULT_MAX_FUTURE
     # How often the daemon merges the spool's archived files (seconds).
     compact_every_seconds: float = 600.0
     websub: WebSubSettings = WebSubSettings()
@@ -79,6 +83,7 @@ class FeedSource:
     url: str
     every_seconds: float
     categories: tuple[str, ...] = ()
+    time: str = "ingest"  # ingest | published: the items' event time (Source.time)
     origin: Origin = field(default=Origin(), compare=False)
 
 
@@ -125,6 +130,7 @@ class MailSource:
     path: Path | None = None
     imap: ImapSettings | None = None
     smtp: SmtpSettings | None = None
+    time: str = "ingest"  # ingest | published: the items' event time (Source.time)
     origin: Origin = field(default=Origin(), compare=False)
 
     @property

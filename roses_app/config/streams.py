@@ -41,7 +41,7 @@ from roses_app.config.yamlmarks import Marked, describe
 XPathChecker = Callable[[str, tuple[tuple[str, str], ...], tuple[str, ...]], None]
 
 # Keys a stream mapping may hold besides its one operator key.
-STREAM_KEYS: tuple[str, ...] = ("publish",)
+STREAM_KEYS: tuple[str, ...] = ("publish", "time")
 
 # The handler modules, in registration order.
 HANDLER_MODULES = (streams_stateless, streams_time)
@@ -58,7 +58,11 @@ class StreamPlanner:
         bodies: dict[str, Marked],
         namespaces: tuple[tuple[str, str], ...],
         xpath_checker: XPathChecker,
+        times: dict[str, str] | None = None,
     ) -> None:
+        # source or stream name -> its time: (a stream's applies to the sources it
+        # names itself; a stream it names keeps its own)
+        self.times = times or {}
         self.problems = problems
         self.file = file
         self.sources = set(sources)
@@ -90,7 +94,9 @@ class StreamPlanner:
         if name in self.sources:
             if not self._count(line):
                 return None
-            return Source(name, origin=Origin(self.file, line, stream, f"{step}/source:{name}"))
+            time = self.times.get(stream) or self.times.get(name, "ingest")
+            origin = Origin(self.file, line, stream, f"{step}/source:{name}")
+            return Source(name, time, origin=origin)
         if name not in self.bodies:
             self.problems.add(
                 line,
@@ -266,6 +272,20 @@ def check_stateful_copies(
         )
 
 
+def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
+    """Report the operators of time that read items in publication time and that the
+    engines cannot run on out-of-order input (each node once)."""
+    from roses_app.algebra.eventtime import unsupported_on_event_time
+
+    seen: set[Node] = set()
+    for stream in streams:
+        for node, reason in unsupported_on_event_time(stream.plan):
+            if node in seen:
+                continue
+            seen.add(node)
+            problems.add(node.origin.line, f"stream {stream.name!r}: {reason}")
+
+
 __all__ = [
     "HANDLER_MODULES",
     "STREAM_KEYS",
@@ -275,6 +295,7 @@ __all__ = [
     "OperatorSpec",
     "StreamPlanner",
     "XPathChecker",
+    "check_event_time",
     "check_stateful_copies",
     "operator",
     "operator_names",

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 from roses_app.algebra.program import Program, Step
 from roses_app.spark import udfs
 
+INPUT_COLUMNS = ("source", "ts", "seq", "item", "published")
 FUSED_DDL = "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING"
 FUSED_SCHEMA = pa.schema(
     [
@@ -50,6 +51,8 @@ def fused_frame(
 ) -> DataFrame:
     """``events`` (spool rows: source, ts, seq, item) through ``program``."""
 
+    timed = any(step.kind == "source" and step.time == "published" for step in program.steps)
+
     def hook_for(step: Step) -> udfs.ErrorHook:
         return udfs.error_hook(udfs.Step(step.stream, step.label), errors)
 
@@ -57,12 +60,19 @@ def fused_frame(
         from roses_app.xmlfn.fused import run_program
 
         for batch in batches:
-            sources, ts, seq, items = (
-                batch.column(name).to_pylist() for name in ("source", "ts", "seq", "item")
+            sources, ts, seq, items, published = (
+                batch.column(name).to_pylist() for name in INPUT_COLUMNS
             )
             rows = run_program(
-                program, sources, ts, seq, items, hook_for=hook_for, presearch=presearch
+                program,
+                sources,
+                ts,
+                seq,
+                items,
+                hook_for=hook_for,
+                presearch=presearch,
+                published=published if timed else None,
             )
             yield to_batch(rows)
 
-    return events.select("source", "ts", "seq", "item").mapInArrow(run, FUSED_DDL)
+    return events.select(*INPUT_COLUMNS).mapInArrow(run, FUSED_DDL)

@@ -48,13 +48,18 @@ HookFor = Callable[[Step], OnError]
 
 
 class Val:
-    """An item on its way through the steps: a tree, its text, or both (lazily)."""
+    """An item on its way through the steps: a tree, its text, or both (lazily); and
+    its time when it is not its input row's ingest time (its publication time, for a
+    source read with ``time: published``)."""
 
-    __slots__ = ("_elem", "_xml")
+    __slots__ = ("_elem", "_xml", "ts")
 
-    def __init__(self, elem: etree._Element | None = None, xml: str | None = None) -> None:
+    def __init__(
+        self, elem: etree._Element | None = None, xml: str | None = None, ts: int | None = None
+    ) -> None:
         self._elem = elem
         self._xml = xml
+        self.ts = ts
 
     def element(self) -> etree._Element:
         if self._elem is None:
@@ -144,7 +149,7 @@ def _pure_steps(program: Program) -> dict[int, frozenset[str]]:
     of sources would otherwise scan each item once per union it is in)."""
     pure: dict[int, frozenset[str]] = {}
     for n, step in enumerate(program.steps):
-        if step.kind == "source":
+        if step.kind == "source" and step.time == "ingest":  # the loaded item as it is
             pure[n] = frozenset([step.arg])
         elif step.kind == "union" and all(i in pure for i in step.inputs):
             pure[n] = frozenset().union(*(pure[i] for i in step.inputs))
@@ -168,9 +173,16 @@ class Run:
     pending: dict[int, Values] = field(default_factory=dict)
     loaded: dict[int, tuple[str, Val]] = field(default_factory=dict)  # row -> source, item
 
-    def load(self, sources: Sequence[str | None], items: Sequence[str | None]) -> None:
-        """Parse each item once and hand it to its source's steps."""
+    def load(
+        self,
+        sources: Sequence[str | None],
+        items: Sequence[str | None],
+        published: Sequence[int | None] | None = None,
+    ) -> None:
+        """Parse each item once and hand it to its source's steps (a source read in
+        publication time gets the same tree at that time)."""
         parser = thread_parser()
+        steps = self.code.program.steps
         for row, (source, xml) in enumerate(zip(sources, items, strict=True)):
             targets = self.code.sources.get(source or "")
             if xml is None or not targets:
@@ -178,12 +190,16 @@ class Run:
             try:
                 val = Val(parse(xml, parser), xml)
             except (etree.XMLSyntaxError, ValueError) as exc:
-                step = self.code.program.steps[targets[0]]
+                step = steps[targets[0]]
                 report(self.hook_for(step), f"source {step.arg}", xml, exc)
                 continue
             self.loaded[row] = (source or "", val)
+            when = None if published is None else published[row]
             for target in targets:
-                self.values.setdefault(target, {})[row] = [val]
+                mine = val
+                if when is not None and steps[target].time == "published":
+                    mine = Val(val.element(), xml, when)
+                self.values.setdefault(target, {})[row] = [mine]
 
     def step(self, n: int, step: Step) -> None:
         if step.kind == "source":
@@ -264,7 +280,9 @@ class Run:
 
     def _map(self, n: int, step: Step, upstream: Values) -> None:
         mapped = self._applied(n, step, upstream)
-        self._set(n, {row: [Val(new) for new, _ in pairs] for row, pairs in mapped.items()})
+        self._set(
+            n, {row: [Val(new, ts=old.ts) for new, old in pairs] for row, pairs in mapped.items()}
+        )
 
     def _mutate(self, n: int, step: Step, upstream: Values) -> None:
         from roses_app.xmlfn.xquery import mutate_batch
@@ -278,9 +296,9 @@ class Run:
             self.hook_for(step),
         )
         out: Values = {}
-        for (row, _), result in zip(flat, results, strict=True):
+        for (row, val), result in zip(flat, results, strict=True):
             if result is not None:
-                out.setdefault(row, []).append(Val(xml=result))
+                out.setdefault(row, []).append(Val(xml=result, ts=val.ts))
         self._set(n, out)
 
     def _union(self, n: int, step: Step) -> None:
@@ -303,9 +321,9 @@ class Run:
 
 
 def _distinct(vals: list[Val]) -> list[Val]:
-    seen: dict[str, Val] = {}
+    seen: dict[tuple[str, int | None], Val] = {}
     for val in vals:
-        seen.setdefault(val.text(), val)
+        seen.setdefault((val.text(), val.ts), val)
     return list(seen.values())
 
 
@@ -318,16 +336,19 @@ def run_program(
     hook_for: HookFor = default_hooks,
     *,
     presearch: bool = True,
+    published: Sequence[int | None] | None = None,
 ) -> list[Row]:
     """The output rows of one batch of input events: (outputs, part, ts, seq, item,
     guid), one per distinct output item of an input event and part, ``outputs`` the
     indexes in ``program.outputs`` of every output that has it (a thousand
     subscriptions matching one item ship it once, with a thousand small integers); with
     ``program.heartbeats``, a ([], "", ts, seq, None, None) row per heartbeat; and one
-    ([TICK_OUTPUT], "", latest ts, latest seq, None, None) row."""
+    ([TICK_OUTPUT], "", latest ts, latest seq, None, None) row.  ``ts`` is each
+    row's ingest time; an item of a source read in publication time comes out at its
+    ``published`` time when it has one."""
     run = Run(compiled(program, presearch=presearch), hook_for)
     with collector_paused():
-        run.load(sources, items)
+        run.load(sources, items, published)
         for n, step in enumerate(program.steps):
             run.step(n, step)
         return _rows(program, run, ts, seq, items)
@@ -337,8 +358,8 @@ def _rows(
     program: Program, run: Run, ts: Sequence[int], seq: Sequence[int], items: Sequence[str | None]
 ) -> list[Row]:
     """The rows of a batch whose steps have run (see :func:`run_program`)."""
-    # (input row, part, item text) -> the outputs that have it, and the item
-    found: dict[tuple[int, str, str], tuple[list[int], Val]] = {}
+    # (input row, part, item text, its own time) -> the outputs that have it, the item
+    found: dict[tuple[int, str, str, int | None], tuple[list[int], Val]] = {}
     for index, (n, _) in enumerate(program.outputs):
         named: Iterable[tuple[int, str, Val]]
         if program.steps[n].kind == "split":
@@ -346,10 +367,10 @@ def _rows(
         else:
             named = ((r, "", v) for r, vals in run.values.get(n, {}).items() for v in vals)
         for row, part, val in named:
-            found.setdefault((row, part, val.text()), ([], val))[0].append(index)
+            found.setdefault((row, part, val.text(), val.ts), ([], val))[0].append(index)
     rows: list[Row] = [
-        (outputs, part, ts[row], seq[row], text, val.identity())
-        for (row, part, text), (outputs, val) in found.items()
+        (outputs, part, ts[row] if when is None else when, seq[row], text, val.identity())
+        for (row, part, text, when), (outputs, val) in found.items()
     ]
     if program.heartbeats:
         rows.extend(

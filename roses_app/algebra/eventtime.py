@@ -1,0 +1,74 @@
+"""Event time: which time of an item its operators use, and which publication times
+are believed.
+
+A source (or a stream, for the sources it reads) with ``time: published`` gives each
+item its publication time (RSS pubDate, Atom published/updated, a mail's Date) as its
+time, and its ingest time when it has none.  Items then come out of order: the arrival
+order stays the spool's (ingest time, then seq).
+
+A publication date far in the future (beyond ``settings.max_future``, one day by
+default) or before 1990 is a broken clock or a placeholder, not a time: it is
+treated as missing (the item keeps its ingest time), and the caller logs and counts
+it, so that it never holds a window open for years or opens one years away.  The
+daemon applies the rule when an item enters the spool, ``roses replay`` when it
+reads an event (both call :func:`roses_app.dates.plausible_published`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union
+
+STATELESS = (Source, Filter, Map, Union, Split)
+
+
+def event_time(ingest: int, published: int | None, mode: str) -> int:
+    """An item's time for a source in ``mode`` (see :class:`~roses_app.algebra.plan.Source`)."""
+    if mode == "published" and published is not None:
+        return published
+    return ingest
+
+
+def event_timed(node: Node) -> bool:
+    """Whether some source of ``node``'s plan gives its items their publication time
+    (their events may then come out of order)."""
+    return any(isinstance(n, Source) and n.time == "published" for n in node.walk())
+
+
+def inputs_first(plan: Node) -> Iterator[Node]:
+    """Every node object of ``plan`` once, each after all its inputs."""
+    done: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(plan, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in done:
+            continue
+        if expanded:
+            done.add(id(node))
+            yield node
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in node.children() if id(child) not in done)
+
+
+def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
+    """The nodes of ``plan`` that read out-of-order (publication time) input and that
+    no engine runs on it, each with why.  Filter, map, union and split take items in
+    any order; the operators of time assume their input in time order."""
+    timed: dict[int, bool] = {}
+    for node in inputs_first(plan):
+        timed[id(node)] = (isinstance(node, Source) and node.time == "published") or any(
+            timed[id(c)] for c in node.children()
+        )
+        if isinstance(node, STATELESS) or not timed[id(node)]:
+            continue
+        timed[id(node)] = False  # the operators above it: the same cause, reported once
+        yield (
+            node,
+            (
+                f"{type(node).__name__} at step {node.origin.step} reads items in publication "
+                "time (time: published), which may come out of order; this operator only "
+                "runs on items in arrival order for now: read its sources with time: ingest"
+            ),
+        )

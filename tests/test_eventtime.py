@@ -1,0 +1,180 @@
+"""Event time (``time: published``): configuration, the plausible-date rule, replay
+and spool input.  The engines' outputs are checked on the ``event_time`` replay
+fixture (tests/test_replay.py runs it through both)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from roses_app.algebra.explain import describe
+from roses_app.algebra.plan import Source
+from roses_app.config.loader import parse_config
+from roses_app.dates import EARLIEST_PUBLISHED, plausible_published
+from roses_app.errors import ConfigError
+from roses_app.items import micros_of
+from roses_app.replay import read_events
+from roses_app.spool import Spool
+
+DAY = 86_400_000_000
+NOW = micros_of(datetime(2026, 11, 1, tzinfo=UTC))
+
+
+def problems_in(text: str, tmp_path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, tmp_path / "feeds.yaml")
+    return [f"{p.line}: {p.message}" for p in info.value.problems]
+
+
+def test_a_publication_date_is_believed_between_1990_and_a_day_ahead() -> None:
+    assert plausible_published(NOW - 5 * DAY, NOW) == NOW - 5 * DAY
+    assert plausible_published(NOW + DAY, NOW) == NOW + DAY  # the bound itself
+    assert plausible_published(NOW + DAY + 1, NOW) is None
+    assert plausible_published(NOW + 3 * DAY, NOW, max_future=7 * DAY) == NOW + 3 * DAY
+    assert plausible_published(EARLIEST_PUBLISHED, NOW) == EARLIEST_PUBLISHED
+    assert plausible_published(EARLIEST_PUBLISHED - 1, NOW) is None
+    assert plausible_published(0, NOW) is None  # the epoch: a placeholder
+    assert plausible_published(None, NOW) is None
+
+
+CONFIG = """
+sources:
+  wire: {feed: "http://example.org/wire", time: published}
+  blog: {feed: "http://example.org/blog"}
+streams:
+  both:
+    union: [wire, blog]
+  blog_by_date:
+    time: published
+    filter: {from: blog, where: "true()"}
+  wire_as_fetched:
+    time: ingest
+    filter: {from: wire, where: "true()"}
+  view:            # a stream named by another keeps its own time
+    time: ingest
+    union: [both, blog_by_date]
+"""
+
+
+def sources_of(plan: object) -> dict[str, str]:
+    return {n.name: n.time for n in plan.walk() if isinstance(n, Source)}  # type: ignore[attr-defined]
+
+
+def test_time_is_set_per_source_and_a_stream_overrides_it_for_the_sources_it_names(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(CONFIG, tmp_path / "feeds.yaml")
+    assert config.sources["wire"].time == "published"
+    assert config.sources["blog"].time == "ingest"
+    assert sources_of(config.streams["both"].plan) == {"wire": "published", "blog": "ingest"}
+    assert sources_of(config.streams["blog_by_date"].plan) == {"blog": "published"}
+    assert sources_of(config.streams["wire_as_fetched"].plan) == {"wire": "ingest"}
+    view = [n for n in config.streams["view"].plan.walk() if isinstance(n, Source)]
+    assert {(n.name, n.time) for n in view} == {
+        ("wire", "published"),
+        ("blog", "ingest"),
+        ("blog", "published"),
+    }
+    assert describe(Source("wire", "published")) == "Source wire (published time)"
+
+
+def test_a_bad_time_and_a_window_over_publication_time_are_reported_with_their_line(
+    tmp_path: Path,
+) -> None:
+    problems = problems_in(
+        "sources:\n"
+        "  wire: {feed: 'http://example.org/wire', time: pubdate}\n"
+        "  blog: {feed: 'http://example.org/blog', time: published}\n"
+        "streams:\n"
+        "  a:\n"
+        "    time: 12\n"
+        "    filter: {from: blog, where: 'true()'}\n"
+        "  last:\n"
+        "    delta: {from: {window: {from: blog, count: 3}}}\n",
+        tmp_path,
+    )
+    assert problems[0].startswith(
+        "2: sources.wire.time must be one of ingest, published (published: each item's "
+        "publication time is its time), got a string ('pubdate')"
+    )
+    assert problems[1].startswith("6: streams.a.time must be one of ingest, published")
+    assert problems[2].startswith(
+        "9: stream 'last': Window at step last/delta/window reads items in publication time"
+    )
+    assert "read its sources with time: ingest" in problems[2]
+    assert len(problems) == 3  # the delta above the window reads in order: not reported
+
+
+def test_replay_keeps_a_plausible_published_time_and_logs_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    at = "2026-11-01T00:00:00Z"
+    lines = [
+        {"source": "s", "ts": at, "item": "<item/>"},
+        {"source": "s", "ts": at, "published": "2026-10-30T12:00:00Z", "item": "<item/>"},
+        {"source": "s", "ts": at, "published": "1970-01-01T00:00:00Z", "item": "<item/>"},
+        {"source": "s", "ts": at, "published": "2027-01-01T00:00:00Z", "item": "<item/>"},
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with caplog.at_level(logging.WARNING):
+        events = read_events(path)
+    assert [e.published for e in events.events] == [
+        None,
+        micros_of(datetime(2026, 10, 30, 12, tzinfo=UTC)),
+        None,
+        None,
+    ]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2
+    assert warned[0].startswith(f"{path}:3: source s: published 1970-01-01T00:00:00Z")
+    assert warned[1].startswith(f"{path}:4: source s: published 2027-01-01T00:00:00Z")
+
+
+def test_replay_refuses_a_published_time_of_another_kind_than_ts(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    line = {"source": "s", "ts": 5, "published": "2026-01-01T00:00:00Z", "item": "<i/>"}
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match=r":1: published must be of the same kind as ts"):
+        read_events(path)
+
+
+def test_the_spool_keeps_plausible_dates_and_counts_the_others(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool", clock=lambda: NOW)
+    try:
+        events = spool.append(
+            "wire",
+            [
+                ("<item><guid>1</guid></item>", NOW - DAY),
+                ("<item><guid>2</guid></item>", NOW + 2 * DAY),
+                ("<item><guid>3</guid></item>", 42),
+                ("<item><guid>4</guid></item>", None),
+            ],
+        )
+        assert [e.published for e in events] == [NOW - DAY, None, None, None]
+        assert spool.implausible_dates == {"wire": 2}
+    finally:
+        spool.close()
+    wider = Spool(tmp_path / "spool2", clock=lambda: NOW, max_future=3 * DAY)
+    try:
+        (event,) = wider.append("wire", [("<item><guid>2</guid></item>", NOW + 2 * DAY)])
+        assert event.published == NOW + 2 * DAY
+    finally:
+        wider.close()
+
+
+def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
+    from roses_app.algebra.eventtime import inputs_first, unsupported_on_event_time
+    from roses_app.algebra.plan import CountWindow, Filter, Union, Window
+
+    wire = Source("wire", "published")
+    window = Window(wire, CountWindow(2))
+    plan = Union((window, Filter(window, "true()"), Filter(wire, "true()")))
+    order = [id(n) for n in inputs_first(plan)]
+    for node in plan.walk():
+        assert all(order.index(id(c)) < order.index(id(node)) for c in node.children())
+    assert [n for n, _ in unsupported_on_event_time(plan)] == [window]
