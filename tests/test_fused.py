@@ -37,7 +37,7 @@ def fused_outputs(
         presearch=presearch,
     )
     out: dict[str, dict[str, list[RefEvent]]] = {s.name: {} for s in streams}
-    for outputs, part, ts, seq, item, _ in rows:
+    for outputs, part, ts, seq, item, *_ in rows:
         for index in outputs if item is not None else ():
             key = program.outputs[index][1]
             out[key].setdefault(part, []).append(RefEvent(ts, seq, item))

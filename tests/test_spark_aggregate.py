@@ -32,7 +32,8 @@ from roses_app.algebra.reference_time import _window_groups
 from roses_app.config import load_config
 from roses_app.items import iso8601
 from roses_app.replay import read_events, run_reference
-from roses_app.spark.aggregate import Buckets, periodic_buckets, periodic_input, reduce_groups
+from roses_app.spark.aggregate import Buckets, periodic_buckets, periodic_input
+from roses_app.xmlfn.reduce import reduce_groups
 from roses_app.xmlfn.stamp import ROSES_NS, window_guid
 from roses_app.xmlfn.xpath import parse
 

@@ -18,7 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union
+from roses_app.algebra.plan import (
+    Aggregate,
+    Filter,
+    GroupBy,
+    Map,
+    Node,
+    Source,
+    Split,
+    TimeWindow,
+    Union,
+    Window,
+)
 
 STATELESS = (Source, Filter, Map, Union, Split)
 
@@ -34,6 +45,23 @@ def event_timed(node: Node) -> bool:
     """Whether some source of ``node``'s plan gives its items their publication time
     (their events may then come out of order)."""
     return any(isinstance(n, Source) and n.time == "published" for n in node.walk())
+
+
+def late_windowed(node: Node) -> tuple[Node, TimeWindow] | None:
+    """(the stream below, the window) when ``node`` is an aggregate or a group-by over a
+    periodic time window of a stateless plan with a source read in publication time:
+    what :mod:`roses_app.algebra.lateness` runs."""
+    if not isinstance(node, Aggregate | GroupBy):
+        return None
+    window = node.input
+    if not (isinstance(window, Window) and isinstance(window.spec, TimeWindow)):
+        return None
+    below = window.input
+    if window.spec.period is None or not event_timed(below):
+        return None
+    if any(not isinstance(n, STATELESS) for n in below.walk()):
+        return None
+    return below, window.spec
 
 
 def inputs_first(plan: Node) -> Iterator[Node]:
@@ -57,12 +85,19 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
     no engine runs on it, each with why.  Filter, map, union and split take items in
     any order; the operators of time assume their input in time order."""
     timed: dict[int, bool] = {}
+    windows = {
+        id(n.input)
+        for n in plan.walk()
+        if isinstance(n, Aggregate | GroupBy) and late_windowed(n) is not None
+    }
     for node in inputs_first(plan):
         timed[id(node)] = (isinstance(node, Source) and node.time == "published") or any(
             timed[id(c)] for c in node.children()
         )
-        if isinstance(node, STATELESS) or not timed[id(node)]:
+        if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
+        if late_windowed(node) is not None:
+            continue  # its output comes out of order too: stateful readers are reported
         timed[id(node)] = False  # the operators above it: the same cause, reported once
         yield (
             node,

@@ -59,6 +59,29 @@ def _encode(value: object) -> bytes:
     return kind + len(body).to_bytes(8, "big") + body
 
 
+# Field metadata: a field added to a node type after plans were fingerprinted leaves
+# the digest and the repr (the fingerprint) as they were while it has its default, so
+# that upgrading ROSES does not make every stream look changed.
+LATER = {"later": True}
+
+
+def _identity_fields(node: object) -> list[dataclasses.Field[Any]]:
+    """The compared fields that say what ``node`` computes (see :data:`LATER`)."""
+    return [
+        f
+        for f in fields(node)  # type: ignore[arg-type]
+        if f.compare and not (f.metadata.get("later") and getattr(node, f.name) == f.default)
+    ]
+
+
+def _repr(node: object) -> str:
+    """The dataclass repr, without the :data:`LATER` fields that have their default."""
+    shown = [f for f in fields(node) if f.repr]  # type: ignore[arg-type]
+    kept = {f.name for f in _identity_fields(node)}
+    parts = [f"{f.name}={getattr(node, f.name)!r}" for f in shown if f.name in kept]
+    return f"{type(node).__name__}({', '.join(parts)})"
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
     """Base of all plan nodes; ``origin`` never takes part in equality."""
@@ -72,9 +95,8 @@ class Node:
         equal when their digests are: the dataclass equality of their fields, short
         of a SHA-256 collision, in constant time however shared their inputs are."""
         h = hashlib.sha256(type(self).__name__.encode())
-        for f in fields(self):
-            if f.compare:
-                h.update(_encode(getattr(self, f.name)))
+        for f in _identity_fields(self):
+            h.update(_encode(getattr(self, f.name)))
         return h.digest()
 
     @cached_property
@@ -166,7 +188,10 @@ class Source(Node):
     then come out of order)."""
 
     name: str
-    time: str = "ingest"
+    time: str = field(default="ingest", metadata=LATER)
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
     def __post_init__(self) -> None:
         if self.time not in TIME_MODES:
@@ -343,6 +368,14 @@ class Aggregate(Node):
     reduce: XQuery
     # The stream the results are published in: part of their guid.
     stream: str = ""
+    # Over items read in publication time (roses_app.algebra.lateness): how long (µs)
+    # a closed window still takes late items, and what becomes of items later still
+    # (``drop``, or ``publish`` in the stream's ``late`` part).
+    lateness: int = field(default=0, metadata=LATER)
+    late: str = field(default="drop", metadata=LATER)
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,6 +386,11 @@ class GroupBy(Node):
     by: str
     reduce: XQuery
     stream: str = ""
+    lateness: int = field(default=0, metadata=LATER)  # as Aggregate's
+    late: str = field(default="drop", metadata=LATER)
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
 
 @dataclass(frozen=True, eq=False)

@@ -97,6 +97,9 @@ def evaluate_streams(
             out[stream.name] = _split_parts(stream.plan, ctx)
         else:
             out[stream.name] = {"": items_only(run(stream.plan, ctx))}
+            late = ctx.late.get(stream.plan)
+            if late and getattr(stream.plan, "late", "drop") == "publish":
+                out[stream.name]["late"] = late
     return out
 
 

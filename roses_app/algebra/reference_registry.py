@@ -57,6 +57,18 @@ class Context:
     ns: Namespaces = ()
     horizon: int = 0
     memo: dict[Node, list[RefEvent]] = field(default_factory=dict)
+    # windows over publication time: the items too late for them, per node, and how
+    # many results computed again had not changed (not published again)
+    late: dict[Node, list[RefEvent]] = field(default_factory=dict)
+    unchanged: dict[Node, int] = field(default_factory=dict)
+    _arrivals: dict[int, int] = field(default_factory=dict)
+
+    def arrival(self, seq: int) -> int:
+        """The ingest time of the input event ``seq`` (an output event keeps the seq
+        of the input event it comes from)."""
+        if not self._arrivals:
+            self._arrivals.update((e.seq, e.ts) for e in self.inputs)
+        return self._arrivals[seq]
 
 
 def horizon_of(inputs: Sequence[RefInput], lateness: int = 0) -> int:

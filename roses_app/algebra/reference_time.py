@@ -20,6 +20,8 @@ from itertools import groupby
 from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
+from roses_app.algebra.eventtime import late_windowed
+from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -281,12 +283,45 @@ def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> lis
 
 @register
 def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
+    if late_windowed(node) is not None:
+        return _late_windows(node, ctx)
     return _reduce(ctx, node, _groups(node, ctx))
 
 
 @register
 def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
+    if late_windowed(node) is not None:
+        return _late_windows(node, ctx)
     return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
+
+
+def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
+    """α/γ over a periodic window of items in publication time, taken in arrival
+    order (:mod:`roses_app.algebra.lateness`); the late items go to ``ctx.late``."""
+    from roses_app.xmlfn import split_batch
+    from roses_app.xmlfn.reduce import reduce_groups
+
+    found = late_windowed(node)
+    assert found is not None
+    below, spec = found
+    events = run(below, ctx)
+    items = items_only(events)
+    keys: list[str | None] = [None] * len(items)
+    if isinstance(node, GroupBy):
+        keys = split_batch(node.by, ctx.ns, [e.item for e in items])
+    arrivals = [(ctx.arrival(e.seq), Arrival(e.ts, e.seq, None)) for e in heartbeats(events)]
+    arrivals += [
+        (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, key))
+        for e, key in zip(items, keys, strict=True)
+        if key is not None or isinstance(node, Aggregate)
+    ]
+    state = LateWindows(spec, node.lateness)
+    planned = state.plan(arrival_groups(arrivals))
+    groups = [(c.items, c.start, c.end, c.key) for c in planned.computations]
+    settled = state.settle(planned, reduce_groups(node.reduce, ctx.ns, node.stream, groups))
+    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
+    ctx.unchanged[node] = settled.unchanged
+    return ordered(RefEvent(e.ts, e.seq, e.item) for e in settled.emissions)
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------

@@ -405,7 +405,14 @@ def _streams(
         if body.is_map and "time" in body.value:
             times[name] = _time_mode(problems, body, f"streams.{name}")
     planner = StreamPlanner(
-        problems, file, list(declared), bodies, settings.namespaces, xpath_checker, times
+        problems,
+        file,
+        list(declared),
+        bodies,
+        settings.namespaces,
+        xpath_checker,
+        times,
+        settings.lateness,
     )
     out: dict[str, StreamConfig] = {}
     for name, body in bodies.items():

@@ -60,6 +60,7 @@ class Planner(Protocol):
     problems: Problems
     file: str
     namespaces: tuple[tuple[str, str], ...]
+    lateness: int  # settings.lateness (µs): the default allowed lateness
 
     def node(self, value: Marked, stream: str, step: str, *, root: bool) -> Node | None: ...
 

@@ -59,7 +59,9 @@ class StreamPlanner:
         namespaces: tuple[tuple[str, str], ...],
         xpath_checker: XPathChecker,
         times: dict[str, str] | None = None,
+        lateness: int = 0,
     ) -> None:
+        self.lateness = lateness
         # source or stream name -> its time: (a stream's applies to the sources it
         # names itself; a stream it names keeps its own)
         self.times = times or {}
@@ -284,6 +286,15 @@ def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
                 continue
             seen.add(node)
             problems.add(node.origin.line, f"stream {stream.name!r}: {reason}")
+        for node in stream.plan.walk():
+            late = getattr(node, "late", "drop") == "publish"
+            if late and node is not stream.plan and node.origin.stream == stream.name:
+                problems.add(
+                    node.origin.line,
+                    f"stream {stream.name!r}: late: publish sends late items to the "
+                    f"stream's late feed, so the {type(node).__name__} must be the stream "
+                    "itself (make it a stream of its own, and read that stream here)",
+                )
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from roses_app.algebra.eventtime import event_timed
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -53,6 +54,7 @@ MICROS = 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PAIR = ("i1", "i2")
 ITEMS = ("items", "key")
+LATE_KEYS = ("lateness", "late")
 
 
 def _micros(ctx: OperatorContext, args: Section, key: str, *, zero_ok: bool) -> int | None:
@@ -192,23 +194,55 @@ def _delta(ctx: OperatorContext, value: Marked) -> Node | None:
     return None if source is None else Delta(source, kind, origin=ctx.origin)
 
 
+LATE_POLICIES = ("drop", "publish")
+
+
+def _lateness(ctx: OperatorContext, args: Section, source: Node | None) -> tuple[int, str]:
+    """``lateness`` (default settings.lateness) and ``late`` (drop | publish): for
+    windows over publication time (roses_app.algebra.lateness).  Over ingest time
+    items come in order, never late: the node keeps the defaults."""
+    if source is None or not event_timed(source):
+        for key in LATE_KEYS:
+            if key in args:
+                ctx.problem(
+                    args.key_line(key),
+                    f"{ctx.name}.{key} applies to items read in publication time (time: "
+                    "published), which may come late; in ingest time items come in "
+                    "order (settings.lateness delays when windows close)",
+                )
+        return 0, "drop"
+    seconds = args.duration("lateness", None, positive=False)
+    lateness = ctx.plans.lateness if seconds is None else round(seconds * 1_000_000)
+    late = args.string("late", "drop")
+    if late not in LATE_POLICIES:
+        ctx.problem(
+            args.key_line("late"),
+            f"{ctx.name}.late must be drop or publish (publish: items later than the "
+            f"lateness go to the stream's late feed), got {late!r}",
+        )
+        late = "drop"
+    return lateness, late
+
+
 def _aggregate(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "reduce"))
+    args = ctx.arguments(value, required=("from", "reduce"), optional=LATE_KEYS)
     source = ctx.input(args.get("from"))
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
+    lateness, late = _lateness(ctx, args, source)
     if source is None or reduce is None:
         return None
-    return Aggregate(source, reduce, ctx.origin.stream, origin=ctx.origin)
+    return Aggregate(source, reduce, ctx.origin.stream, lateness, late, origin=ctx.origin)
 
 
 def _group(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "by", "reduce"))
+    args = ctx.arguments(value, required=("from", "by", "reduce"), optional=LATE_KEYS)
     source = ctx.input(args.get("from"))
     by = ctx.xpath(args, "by")
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
+    lateness, late = _lateness(ctx, args, source)
     if source is None or by is None or reduce is None:
         return None
-    return GroupBy(source, by, reduce, ctx.origin.stream, origin=ctx.origin)
+    return GroupBy(source, by, reduce, ctx.origin.stream, lateness, late, origin=ctx.origin)
 
 
 def _grouping(ctx: OperatorContext, value: Marked) -> Node | None:

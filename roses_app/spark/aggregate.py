@@ -37,11 +37,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
+from roses_app.algebra.eventtime import late_windowed
 from roses_app.algebra.plan import Aggregate, GroupBy, Nest, TimeWindow, XQuery
 from roses_app.algebra.windows import BucketLayout, bucket_layout, periodic_input
 from roses_app.errors import QueryError
 from roses_app.spark import udfs
+from roses_app.spark.late import late_frame
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower, register
+from roses_app.xmlfn.reduce import reduce_groups
 
 # Spark's mark of a column with a watermark (the field metadata of ``time``).
 WATERMARK_METADATA = "spark.watermarkDelayMs"
@@ -156,6 +159,8 @@ def _finish(groups: DataFrame, item: Column) -> DataFrame:
 
 @register
 def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
+    if late_windowed(node) is not None:
+        return late_frame(node, ctx)
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)
     reduce = reducer_udf(node.reduce, ctx.namespaces, node.stream, ctx.on_error(node))
@@ -164,6 +169,8 @@ def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
 
 @register
 def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
+    if late_windowed(node) is not None:
+        return late_frame(node, ctx)
     frame, buckets = grouped_input(node, ctx)
     split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
     groups = collect(frame, buckets, split(F.col("item")))
@@ -179,48 +186,6 @@ def _nest(node: Nest, ctx: LowerContext) -> DataFrame:
 
 
 # -- the functions the UDFs run (plain Python: the unit tests call them too) -----------
-
-
-def reduce_groups(
-    query: XQuery,
-    namespaces: Namespaces,
-    stream: str,
-    groups: Sequence[tuple[Sequence[str], int, int, str | None]],
-    on_error: udfs.ErrorHook | None = None,
-) -> list[str | None]:
-    """The stamped reducer result (None: λ or an error) of each (items, start, end, key)
-    group; one reducer call per distinct key, since ``$key`` is bound per call."""
-    from roses_app.xmlfn import reduce_batch
-
-    by_key: dict[str | None, list[int]] = {}
-    for index, (_, _, _, key) in enumerate(groups):
-        by_key.setdefault(key, []).append(index)
-    results: list[str | None] = [None] * len(groups)
-    for key, indices in by_key.items():
-        extra = None if key is None else {"key": key}
-        items = [list(groups[i][0]) for i in indices]
-        for i, item in zip(
-            indices, reduce_batch(query, namespaces, items, on_error, extra), strict=True
-        ):
-            if item is not None:
-                _, start, end, _ = groups[i]
-                results[i] = _stamped(item, stream, start, end, key, on_error)
-    return results
-
-
-def _stamped(
-    item: str, stream: str, start: int, end: int, key: str | None, on_error: udfs.ErrorHook | None
-) -> str | None:
-    from lxml import etree
-
-    from roses_app.xmlfn.batch import report
-    from roses_app.xmlfn.stamp import stamp_window
-
-    try:
-        return stamp_window(item, stream, start, end, key)
-    except (etree.XMLSyntaxError, ValueError) as exc:  # the reducer checks its result
-        report(on_error, f"stamping a window of {stream}", item, exc)
-        return None
 
 
 def nest_groups(

@@ -30,17 +30,20 @@ from pyspark.sql import DataFrame, SparkSession
 
 from roses_app.algebra.program import TICK
 
-FRONTIER_DDL = "key STRING, ts BIGINT, seq BIGINT, item STRING, origin STRING"
+FRONTIER_DDL = "key STRING, ts BIGINT, seq BIGINT, item STRING, event BIGINT, origin STRING"
 SCHEMA = pa.schema(
     [
         ("key", pa.string()),
         ("ts", pa.int64()),
         ("seq", pa.int64()),
         ("item", pa.string()),
+        ("event", pa.int64()),
         ("origin", pa.string()),
     ]
 )
-FrontierRow = tuple[str | None, int, int, str | None]  # key, ts, seq, item
+# key, ts (ingest time), seq, item, event (the item's publication time, for a source
+# read in publication time, when it is not its ingest time)
+FrontierRow = tuple[str | None, int, int, str | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def _staged(
     """The rows and a time mark as a Parquet file, fsynced, under ``root/.staging``."""
     staging = root / ".staging"
     staging.mkdir(parents=True, exist_ok=True)
-    every = [*rows, (TICK, latest_ts, latest_seq, None)]
+    every = [*rows, (TICK, latest_ts, latest_seq, None, None)]
     columns = list(zip(*every, strict=True))
     arrays = [pa.array(c, type=f.type) for c, f in zip(columns, SCHEMA, strict=False)]
     arrays.append(pa.array([origin] * len(every), type=pa.string()))

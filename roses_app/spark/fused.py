@@ -2,10 +2,12 @@
 
 Every Arrow batch of a partition goes through :func:`roses_app.xmlfn.fused.run_program`
 once: each item is parsed once and every stateless step of the global plan runs on
-that tree.  The stage emits ``outputs, part, ts, seq, item, guid`` rows: each output
-item once, with the indexes of the program's outputs (stream roots, frontier nodes)
-that have it, heartbeats (no output, no item), and a time mark per batch.  Spark
-spreads partitions over cores and executors as for any ``mapInArrow``.
+that tree.  The stage emits ``outputs, part, ts, seq, item, guid, arrival`` rows: each
+output item once, with the indexes of the program's outputs (stream roots, frontier
+nodes) that have it, heartbeats (no output, no item), and a time mark per batch;
+``ts`` is the item's time (its publication time for a source read so), ``arrival``
+its input event's ingest time.  Spark spreads partitions over cores and executors
+as for any ``mapInArrow``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from roses_app.algebra.program import Program, Step
 from roses_app.spark import udfs
 
 INPUT_COLUMNS = ("source", "ts", "seq", "item", "published")
-FUSED_DDL = "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING"
+FUSED_DDL = (
+    "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING,"
+    " arrival BIGINT"
+)
 FUSED_SCHEMA = pa.schema(
     [
         ("outputs", pa.list_(pa.int32())),
@@ -29,6 +34,7 @@ FUSED_SCHEMA = pa.schema(
         ("seq", pa.int64()),
         ("item", pa.string()),
         ("guid", pa.string()),
+        ("arrival", pa.int64()),
     ]
 )
 

@@ -30,12 +30,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from roses_app.algebra.eventtime import event_timed
 from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.heap import collector_paused, freeze_long_lived
-from roses_app.spark.frontier import FrontierLog
+from roses_app.spark.frontier import FrontierLog, FrontierRow
 from roses_app.spark.fused import fused_frame
 from roses_app.spark.layout import (
     STATELESS_QUERY,
@@ -49,7 +50,7 @@ from roses_app.spark.layout import (
 from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
 from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
-from roses_app.spark.registry import above_watermark
+from roses_app.spark.registry import EVENT_COLUMNS, above_watermark
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL, archive_of, last_archived_seq
 
@@ -266,27 +267,30 @@ def split_rows(
     program: Program,
     streams_of: dict[str, list[str]],
     frontier_keys: set[str] | None,
-) -> tuple[list[OutputRow], list[tuple[str | None, int, int, str | None]], int, int]:
+) -> tuple[list[OutputRow], list[FrontierRow], int, int]:
     """A fused batch's rows: stream output rows, frontier rows, latest ts and seq.
     Each output node is one program output and each fused row one distinct item of an
-    input event, so no row comes twice."""
+    input event, so no row comes twice.  A frontier row is at its ingest time (the
+    stateful queries' watermark follows the spool's order), with the item's own time
+    beside it when that is another (its publication time)."""
     keys = [key for _, key in program.outputs]
-    names = ("outputs", "part", "ts", "seq", "item", "guid")
+    names = ("outputs", "part", "ts", "seq", "item", "guid", "arrival")
     columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
     out: list[OutputRow] = []
-    frontier: list[tuple[str | None, int, int, str | None]] = []
+    frontier: list[FrontierRow] = []
     latest_ts = latest_seq = 0
-    for outputs, part, ts, seq, item, guid in zip(*columns, strict=True):
+    for outputs, part, ts, seq, item, guid, arrival in zip(*columns, strict=True):
         if item is None:
             if outputs == [TICK_OUTPUT]:
                 latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
             elif frontier_keys is not None:
-                frontier.append((None, ts, seq, None))  # a heartbeat
+                frontier.append((None, ts, seq, None, None))  # a heartbeat
             continue
+        event = None if ts == arrival else ts
         for index in outputs:
             key = keys[index]
             if frontier_keys is not None and key in frontier_keys:
-                frontier.append((key, ts, seq, item))
+                frontier.append((key, arrival, seq, item, event))
             for stream in streams_of.get(key, ()):
                 out.append((stream, part, ts, seq, item, guid))
     return out, frontier, latest_ts, latest_seq
@@ -381,7 +385,7 @@ def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
     computed = {
         node: events.where(
             above_watermark((F.col("key") == F.lit(plan.id_of(node))) | F.col("key").isNull())
-        ).select("ts", "seq", "item", "time")
+        ).select(*frontier_columns(node))
         for node in plan.frontier()
     }
     ctx = LowerContext(events, engine.namespaces, engine.errors, engine.lateness, computed)
@@ -390,6 +394,13 @@ def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
     for other in frames[1:]:
         frame = frame.unionByName(other)
     return frame
+
+
+def frontier_columns(node: Node) -> tuple[str, ...]:
+    """A frontier node's columns: an event's, and its publication time when a source
+    below reads in publication time (only the operators of
+    :mod:`roses_app.spark.late` read those: ``ts`` stays the ingest time)."""
+    return (*EVENT_COLUMNS, "event") if event_timed(node) else EVENT_COLUMNS
 
 
 def query_frames(

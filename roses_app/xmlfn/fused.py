@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# outputs (indexes into Program.outputs; TICK_OUTPUT for a time mark), part, ts, seq,
-# item, guid
-Row = tuple[list[int], str, int, int, str | None, str | None]
+# outputs (indexes into Program.outputs; TICK_OUTPUT for a time mark), part, ts (the
+# item's time), seq, item, guid, arrival (the input row's ingest time)
+Row = tuple[list[int], str, int, int, str | None, str | None, int]
 HookFor = Callable[[Step], OnError]
 
 
@@ -339,11 +339,11 @@ def run_program(
     published: Sequence[int | None] | None = None,
 ) -> list[Row]:
     """The output rows of one batch of input events: (outputs, part, ts, seq, item,
-    guid), one per distinct output item of an input event and part, ``outputs`` the
+    guid, arrival), one per distinct output item of an input event and part, ``outputs`` the
     indexes in ``program.outputs`` of every output that has it (a thousand
     subscriptions matching one item ship it once, with a thousand small integers); with
-    ``program.heartbeats``, a ([], "", ts, seq, None, None) row per heartbeat; and one
-    ([TICK_OUTPUT], "", latest ts, latest seq, None, None) row.  ``ts`` is each
+    ``program.heartbeats``, a ([], "", ts, seq, None, None, ts) row per heartbeat; and
+    one ([TICK_OUTPUT], "", latest ts, latest seq, None, None, latest ts) row.  ``ts`` is each
     row's ingest time; an item of a source read in publication time comes out at its
     ``published`` time when it has one."""
     run = Run(compiled(program, presearch=presearch), hook_for)
@@ -369,15 +369,15 @@ def _rows(
         for row, part, val in named:
             found.setdefault((row, part, val.text(), val.ts), ([], val))[0].append(index)
     rows: list[Row] = [
-        (outputs, part, ts[row] if when is None else when, seq[row], text, val.identity())
+        (outputs, part, ts[row] if when is None else when, seq[row], text, val.identity(), ts[row])
         for (row, part, text, when), (outputs, val) in found.items()
     ]
     if program.heartbeats:
         rows.extend(
-            ([], "", t, s, None, None)
+            ([], "", t, s, None, None, t)
             for t, s, xml in zip(ts, seq, items, strict=True)
             if xml is None
         )
     if len(ts):
-        rows.append(([TICK_OUTPUT], "", max(ts), max(seq), None, None))
+        rows.append(([TICK_OUTPUT], "", max(ts), max(seq), None, None, max(ts)))
     return rows

@@ -1,0 +1,154 @@
+"""Spark lowering of α and γ over a periodic window of items in publication time.
+
+The rule is :mod:`roses_app.algebra.lateness` (the reference evaluator runs the same
+code): items are taken in arrival order, one ingest time after the other, a window is
+published when the clock passes its end, and again, in place, when a late item
+changed its result within the allowed lateness.  Spark's own operators cannot do
+that (append mode publishes a window once, after the lateness; update mode publishes
+every touched key again, changed or not), so one ``transformWithStateInPandas``
+operator runs it: all rows under one constant key, its state the windows kept, the
+clock and a digest of each published result, as JSON in one value state.
+
+Input rows come from the frontier log: ``ts`` is the ingest time (the arrival, which
+also drives the query's watermark, in order), ``event`` the item's publication time
+when it is not its ingest time.  Items later than the lateness are counted in the
+error accumulator under ``late:STREAM`` (and published in the stream's ``late`` part
+with ``late: publish``); results computed again but unchanged under
+``unchanged:STREAM``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark import Accumulator
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import TimerValues
+
+from roses_app.algebra.eventtime import late_windowed
+from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
+from roses_app.algebra.plan import Aggregate, GroupBy, TimeWindow
+from roses_app.spark import udfs
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
+
+KEY = "late_key"
+STATE = "windows"
+STATE_DDL = "state STRING"
+OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
+LATE_PART = "late"
+
+
+def late_tally(kind: str, stream: str) -> str:
+    """The accumulator key counting ``kind`` (late, unchanged) for ``stream``."""
+    return f"{kind}:{stream}"
+
+
+class LateProcessor(StatefulProcessor):
+    """One operator's :class:`LateWindows`, micro-batch after micro-batch."""
+
+    def __init__(
+        self,
+        node: Aggregate | GroupBy,
+        spec: TimeWindow,
+        namespaces: Namespaces,
+        on_error: udfs.ErrorHook,
+        tallies: Accumulator[dict[str, int]] | None,
+    ) -> None:
+        self.node = node
+        self.spec = spec
+        self.namespaces = namespaces
+        self.on_error = on_error
+        self.tallies = tallies
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState(STATE, STATE_DDL)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        from roses_app.xmlfn.reduce import reduce_groups
+
+        stored = self.state.get() if self.state.exists() else None
+        saved = json.loads(stored[0]) if stored is not None else None
+        windows = LateWindows.load(self.spec, self.node.lateness, saved)
+        keyed = isinstance(self.node, GroupBy)
+        planned = windows.plan(arrival_groups(read_arrivals(rows, keyed)))
+        groups = [(c.items, c.start, c.end, c.key) for c in planned.computations]
+        node = self.node
+        results = reduce_groups(node.reduce, self.namespaces, node.stream, groups, self.on_error)
+        settled = windows.settle(planned, results)
+        self.state.update((json.dumps(windows.dump()),))
+        if self.tallies is not None and (planned.late or settled.unchanged):
+            self.tallies.add(
+                {
+                    late_tally("late", node.stream): len(planned.late),
+                    late_tally("unchanged", node.stream): settled.unchanged,
+                }
+            )
+        out = [(e.ts, e.seq, e.item, "") for e in settled.emissions]
+        if node.late == "publish":
+            out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
+        if out:
+            yield output_frame(out)
+
+    def close(self) -> None:
+        """Nothing to release: the state lives in the state store."""
+
+
+def read_arrivals(frames: Iterator[pd.DataFrame], keyed: bool) -> list[tuple[int, Arrival]]:
+    """(ingest time, arrival) of each input row: an item at its publication time (or
+    its ingest time), a heartbeat at its time; γ's items without a key go nowhere."""
+    out: list[tuple[int, Arrival]] = []
+    for frame in frames:
+        columns = [frame[c].tolist() for c in ("ts", "seq", "item", "event", "key")]
+        for ts, seq, item, event, key in zip(*columns, strict=True):
+            if keyed and item is not None and key is None:
+                continue
+            when = int(ts) if event is None or pd.isna(event) else int(event)
+            out.append((int(ts), Arrival(when, int(seq), item, key if keyed else None)))
+    return out
+
+
+def output_frame(rows: list[tuple[int, int, str, str]]) -> pd.DataFrame:
+    ts = pd.Series([r[0] for r in rows], dtype="int64")
+    return pd.DataFrame(
+        {
+            "ts": ts,
+            "seq": pd.Series([r[1] for r in rows], dtype="int64"),
+            "item": pd.Series([r[2] for r in rows], dtype="object"),
+            "time": pd.to_datetime(ts.clip(lower=1), unit="us", utc=True),
+            "part": pd.Series([r[3] for r in rows], dtype="object"),
+        }
+    )
+
+
+def late_frame(node: Aggregate | GroupBy, ctx: LowerContext) -> DataFrame:
+    """The published results (and late items) of ``node``: see the module doc."""
+    found = late_windowed(node)
+    assert found is not None
+    below, spec = found
+    frame = ctx.computed.get(below)
+    if frame is None or "event" not in frame.columns:
+        raise TypeError(f"{node.origin}: the frontier log does not carry publication times")
+    if isinstance(node, GroupBy):
+        split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
+        frame = frame.withColumn("key", split(F.col("item")))
+    else:  # α: one group per window
+        frame = frame.withColumn("key", F.lit(None).cast("string"))
+    keyed = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
+    processor = LateProcessor(node, spec, ctx.namespaces, ctx.on_error(node), ctx.errors)
+    out = keyed.groupBy(KEY).transformWithStateInPandas(
+        statefulProcessor=processor,
+        outputStructType=OUTPUT_DDL,
+        outputMode="Append",
+        timeMode="None",
+        eventTimeColumnName="time",
+    )
+    if node.late == "publish":
+        return out.select(*EVENT_COLUMNS, "part")
+    return out.select(*EVENT_COLUMNS)

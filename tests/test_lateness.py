@@ -1,0 +1,205 @@
+"""Windows over publication time with an allowed lateness (seed 001).
+
+The rule (:mod:`roses_app.algebra.lateness`) on its own, with a plain Python reducer:
+Scotty's cases, and properties over random out-of-order arrivals.  Both engines run
+it on the ``event_time_windows`` replay fixture (tests/test_replay.py); the last test
+runs Spark over that fixture in several micro-batches, its state kept in between.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roses_app.algebra.lateness import (
+    Arrival,
+    LateWindows,
+    Planned,
+    Settled,
+    arrival_groups,
+)
+from roses_app.algebra.plan import TimeWindow
+from roses_app.algebra.windows import refresh_bounds, refreshes_holding
+
+DATA = Path(__file__).resolve().parent / "data"
+TUMBLING = TimeWindow(10, period=10)  # [1, 10], [11, 20], ... (refreshed at 0, 10, 20)
+SLIDING = TimeWindow(10, period=5)  # [1, 10], [6, 15], [11, 20], ...
+
+
+def categories(planned: Planned) -> list[str | None]:
+    """A reducer: the distinct items of each window, sorted (changes only when a new
+    value comes)."""
+    return [" ".join(sorted(set(c.items))) for c in planned.computations]
+
+
+def step(windows: LateWindows, groups: Sequence[Sequence[Arrival]]) -> tuple[Planned, Settled]:
+    planned = windows.plan(groups)
+    return planned, windows.settle(planned, categories(planned))
+
+
+def item(time: int, seq: int, value: str) -> Arrival:
+    return Arrival(time, seq, value)
+
+
+def test_a_window_is_published_when_the_clock_passes_its_end() -> None:
+    windows = LateWindows(TUMBLING, lateness=10)
+    _, settled = step(windows, [[item(1, 1, "a"), item(5, 2, "b")], [item(10, 3, "c")]])
+    assert settled.emissions == []  # the clock is 10: [1, 10] is not over yet
+    _, settled = step(windows, [[item(11, 4, "d")]])
+    assert [(e.ts, e.seq, e.item, e.revision) for e in settled.emissions] == [
+        (10, 1, "a b c", False)
+    ]
+
+
+def test_only_the_windows_a_late_item_changed_are_published_again() -> None:
+    # Scotty's tupleInAllowedLatenessTest, on sliding windows: the late item is in two
+    # windows; it changes one of them only.
+    windows = LateWindows(SLIDING, lateness=20)
+    step(windows, [[item(2, 1, "a"), item(7, 2, "b"), item(12, 3, "a")], [item(21, 4, "x")]])
+    # closed: [1, 10] = a b, [6, 15] = a b, [11, 20] = a
+    planned, settled = step(windows, [[item(8, 5, "b")]])
+    assert [(c.start, c.end) for c in planned.computations] == [(1, 10), (6, 15)]
+    assert settled.emissions == []  # both windows of time 8 already held b
+    assert settled.unchanged == 2
+    planned, settled = step(windows, [[item(13, 6, "c")]])
+    assert [(c.start, c.end, c.revision) for c in planned.computations] == [
+        (6, 15, True),
+        (11, 20, True),
+    ]
+    assert [(e.ts, e.seq, e.item) for e in settled.emissions] == [(15, 6, "a b c"), (20, 6, "a c")]
+
+
+def test_an_item_later_than_the_lateness_is_late_and_changes_nothing() -> None:
+    windows = LateWindows(TUMBLING, lateness=5)
+    step(windows, [[item(3, 1, "a")], [item(16, 2, "b")]])  # [1, 10] closed, kept until 15
+    planned, settled = step(windows, [[item(4, 3, "late")]])
+    assert planned.late == [item(4, 3, "late")]
+    assert settled.emissions == []
+    assert (10, None) not in windows.panes  # gone at clock 16 > 10 + 5
+
+
+def test_a_heartbeat_moves_the_clock_and_an_item_before_every_window_is_in_none() -> None:
+    windows = LateWindows(TimeWindow(10, period=10, start=20), lateness=0)
+    planned, settled = step(
+        windows, [[item(3, 1, "early")], [Arrival(25, 2, None)], [item(22, 3, "a")]]
+    )
+    assert planned.late == []  # time 3 is before the first window (refreshed at 20)
+    assert settled.emissions == []  # [11, 20] holds nothing
+    planned, settled = step(windows, [[Arrival(31, 4, None)]])
+    assert [(e.ts, e.item) for e in settled.emissions] == [(30, "a")]
+
+
+def test_arrival_groups_are_in_ingest_order_and_a_copy_is_one_event() -> None:
+    a, b, c = item(9, 2, "a"), item(1, 3, "b"), item(5, 1, "c")
+    assert arrival_groups([(20, a), (10, c), (20, b), (20, a)]) == [[c], [a, b]]
+
+
+# -- properties over random arrivals ---------------------------------------------------
+
+
+@st.composite
+def arrivals(draw: Any) -> list[list[Arrival]]:
+    """Arrival groups: items at times near the clock (some far behind), heartbeats."""
+    groups: list[list[Arrival]] = []
+    seq = 0
+    now = 0
+    for _ in range(draw(st.integers(1, 12))):
+        now += draw(st.integers(0, 8))
+        group = []
+        for _ in range(draw(st.integers(1, 4))):
+            seq += 1
+            if draw(st.booleans()) and draw(st.booleans()):
+                group.append(Arrival(now, seq, None))
+            else:
+                when = now - draw(st.integers(0, 30))
+                group.append(item(when, seq, draw(st.sampled_from("abcd"))))
+        groups.append(group)
+    return groups
+
+
+specs = st.sampled_from([TUMBLING, SLIDING, TimeWindow(4, period=10, start=3)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals(), specs, st.integers(0, 25), st.data())
+def test_batches_with_the_state_saved_in_between_publish_what_one_pass_does(
+    groups: list[list[Arrival]], spec: TimeWindow, lateness: int, data: Any
+) -> None:
+    _, whole = step(LateWindows(spec, lateness), groups)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(groups) - 1)), max_size=4)))
+    saved: dict[str, Any] | None = None
+    emitted = []
+    for start, end in zip([0, *cuts], [*cuts, len(groups)], strict=True):
+        windows = LateWindows.load(spec, lateness, json.loads(json.dumps(saved)))
+        emitted += step(windows, groups[start:end])[1].emissions
+        saved = windows.dump()
+    assert emitted == whole.emissions
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals(), specs, st.integers(0, 25))
+def test_the_last_result_of_a_window_is_over_every_item_it_took_and_never_repeats(
+    groups: list[list[Arrival]], spec: TimeWindow, lateness: int
+) -> None:
+    windows = LateWindows(spec, lateness)
+    taken: dict[int, set[str]] = {}  # window end -> the items it took (a model)
+    last: dict[int, str] = {}
+    clock: int | None = None
+    for group in groups:
+        planned, settled = step(windows, [group])
+        for a in group:
+            if a.item is None:
+                continue
+            kept = False
+            for refresh in refreshes_holding(spec, a.time):
+                _, end = refresh_bounds(spec, refresh)
+                if clock is None or end + lateness >= clock:
+                    taken.setdefault(end, set()).add(a.item)
+                    kept = True
+            assert (a in planned.late) == (not kept and len(refreshes_holding(spec, a.time)) > 0)
+        times = [a.time for a in group]
+        clock = max(times) if clock is None else max(clock, *times)
+        for e in settled.emissions:
+            assert last.get(e.ts) != e.item  # a result is published again only if changed
+            assert e.revision == (e.ts in last)
+            last[e.ts] = e.item
+    for end, result in last.items():
+        assert result == " ".join(sorted(taken[end]))
+
+
+# -- Spark, micro-batch after micro-batch ------------------------------------------------
+
+
+@pytest.mark.spark
+def test_spark_keeps_the_windows_between_micro_batches(tmp_path: Path, spark: Any) -> None:
+    from roses_app.config import load_config
+    from roses_app.items import Event
+    from roses_app.replay import MemorySink, read_events, run_reference
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, start_queries
+    from roses_app.spool import write_events
+
+    fixture = DATA / "replay" / "event_time_windows"
+    config = load_config(fixture / "feeds.yaml")
+    events = read_events(fixture / "events.jsonl")
+    streams = [s.stream for s in config.streams.values()]
+    sink = MemorySink(list(config.streams))
+    # three appends, three runs of the queries over the same checkpoints
+    for n, (start, end) in enumerate([(0, 3), (3, 6), (6, len(events.events))]):
+        chunk = events.events[start:end]
+        write_events(
+            tmp_path / "log" / f"events-{n}.jsonl",
+            [Event(e.source, e.ts, e.seq, e.item, e.published) for e in chunk],
+        )
+        engine = Engine(spark, (), tmp_path / "log", tmp_path, sink, once=True)
+        await_all(start_queries(engine, streams))
+    expected = run_reference(config, events)
+    for name, parts in expected.items():
+        for part, evs in parts.items():
+            assert sorted(sink.collected[name].get(part, [])) == evs, (name, part)
