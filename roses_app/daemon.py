@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from roses_app.algebra.heartbeats import HeartbeatPlan, heartbeat_plan
+from roses_app.algebra.lateness import split_tallies
 from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, Poller, StateStore
@@ -254,14 +255,20 @@ class Daemon:
         """What ``/metrics`` reads at each scrape (see :mod:`roses_app.metrics`)."""
         data = self.config.settings.data_dir
         spool = [*self.spool.log_dir.glob("*.jsonl"), *self.spool.archive_dir.glob("*.jsonl")]
+        dropped, tallies = self._tallies()
         return Snapshot(
             published=dict(self.store.published),
-            dropped=dict(self.errors.value) if self.errors is not None else {},
+            dropped=dropped,
+            too_late=tallies["late"],
+            unchanged=tallies["unchanged"],
             late={name: dropped for name, (dropped, _) in self._late.items()},
             store_bytes=sum(map(_size, data.glob("store.sqlite*"))),
             spool_bytes=sum(map(_size, spool)),
             spool_files=len(spool),
         )
+
+    def _tallies(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        return split_tallies(dict(self.errors.value) if self.errors is not None else {})
 
     def health(self) -> dict[str, Any]:
         """Status for /healthz: a few py4j calls per query, not per stream."""
@@ -293,6 +300,7 @@ class Daemon:
         }
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
         ok = all(s["running"] for s in streams.values())
+        dropped, tallies = self._tallies()
         with self._lock:
             counters = dict(self.counters)
         counters["batches_written"] = self.store.written["batches"]
@@ -305,7 +313,11 @@ class Daemon:
             "sources": sources,
             "spool_items": self.spool.count(),
             "feeds": len(Catalog(self.config, self.store).feeds()),
-            "dropped_items_per_step": dict(self.errors.value) if self.errors is not None else {},
+            "dropped_items_per_step": dropped,
+            # windows over publication time: items later than the lateness, results
+            # computed again but unchanged (not published again)
+            "late_items_per_stream": tallies["late"],
+            "unchanged_windows_per_stream": tallies["unchanged"],
             # publication dates not believed (before 1990, too far ahead): ingest time used
             "implausible_dates_per_source": dict(self.spool.implausible_dates),
             **counters,

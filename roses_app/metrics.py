@@ -35,6 +35,10 @@ class Snapshot:
 
     published: dict[str, int] = field(default_factory=dict)  # stream -> rows written
     dropped: dict[str, int] = field(default_factory=dict)  # step id -> items dropped
+    # windows over publication time, per stream: items later than the lateness, and
+    # results computed again that had not changed (not published again)
+    too_late: dict[str, int] = field(default_factory=dict)
+    unchanged: dict[str, int] = field(default_factory=dict)
     late: dict[str, int] = field(default_factory=dict)  # query -> rows behind the watermark
     store_bytes: int = 0
     spool_bytes: int = 0
@@ -57,6 +61,18 @@ class SnapshotCollector(Collector):
             "Items dropped by a failing XPath/XQuery function, per step",
             "step",
             now.dropped,
+        )
+        yield _counter(
+            "roses_items_too_late",
+            "Items later than the allowed lateness of a window over publication time",
+            "stream",
+            now.too_late,
+        )
+        yield _counter(
+            "roses_windows_unchanged",
+            "Window results computed again after a late item and not published again (unchanged)",
+            "stream",
+            now.unchanged,
         )
         yield _counter(
             "roses_items_late",

@@ -178,3 +178,50 @@ def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
     for node in plan.walk():
         assert all(order.index(id(c)) < order.index(id(node)) for c in node.children())
     assert [n for n, _ in unsupported_on_event_time(plan)] == [window]
+
+
+def test_lateness_and_late_belong_to_windows_over_publication_time(tmp_path: Path) -> None:
+    from roses_app.algebra.plan import Aggregate
+
+    head = (
+        "settings: {lateness: 90s}\n"
+        "sources:\n"
+        "  wire: {feed: 'http://example.org/wire', time: published}\n"
+        "  blog: {feed: 'http://example.org/blog'}\n"
+        "streams:\n"
+    )
+    window = "{window: {from: %s, time: 1h, every: 1h}}"
+    reduce = "'<item><title>{count($items)}</title></item>'"
+    config = parse_config(
+        head
+        + f"  a: {{aggregate: {{from: {window % 'wire'}, reduce: {reduce}}}}}\n"
+        + f"  b: {{aggregate: {{from: {window % 'wire'}, reduce: {reduce}, lateness: 2h,"
+        + " late: publish}}\n",
+        tmp_path / "feeds.yaml",
+    )
+    a, b = config.streams["a"].plan, config.streams["b"].plan
+    assert isinstance(a, Aggregate) and isinstance(b, Aggregate)
+    assert (a.lateness, a.late) == (90_000_000, "drop")  # settings.lateness by default
+    assert (b.lateness, b.late) == (7_200_000_000, "publish")
+    assert "lateness" not in repr(Aggregate(Source("blog"), a.reduce))  # unchanged repr
+
+    problems = problems_in(
+        head
+        + f"  c: {{aggregate: {{from: {window % 'blog'}, reduce: {reduce}, lateness: 1h}}}}\n"
+        + f"  d: {{aggregate: {{from: {window % 'wire'}, reduce: {reduce}, late: later}}}}\n"
+        + "  e:\n"
+        + "    filter:\n"
+        + "      where: 'true()'\n"
+        + f"      from: {{aggregate: {{from: {window % 'wire'}, reduce: {reduce},"
+        + " late: publish}}\n",
+        tmp_path,
+    )
+    assert problems[0].startswith(
+        "6: aggregate.lateness applies to items read in publication time (time: published)"
+    )
+    assert problems[1].startswith("7: aggregate.late must be drop or publish")
+    assert problems[2].startswith(
+        "11: stream 'e': late: publish sends late items to the stream's late feed, so the "
+        "Aggregate must be the stream itself"
+    )
+    assert len(problems) == 3

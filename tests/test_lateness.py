@@ -203,3 +203,18 @@ def test_spark_keeps_the_windows_between_micro_batches(tmp_path: Path, spark: An
     for name, parts in expected.items():
         for part, evs in parts.items():
             assert sorted(sink.collected[name].get(part, [])) == evs, (name, part)
+
+
+def test_the_counts_per_stream_are_told_from_the_items_dropped_per_step() -> None:
+    from roses_app.algebra.lateness import split_tallies
+    from roses_app.metrics import Metrics, Snapshot
+
+    dropped, tallies = split_tallies(
+        {"big/filter": 2, "late:daily": 3, "unchanged:daily": 4, "late:other": 1}
+    )
+    assert dropped == {"big/filter": 2}
+    assert tallies == {"late": {"daily": 3, "other": 1}, "unchanged": {"daily": 4}}
+    metrics = Metrics(lambda: Snapshot(too_late=tallies["late"], unchanged=tallies["unchanged"]))
+    text = metrics.exposition()[0].decode()
+    assert 'roses_items_too_late_total{stream="daily"} 3.0' in text
+    assert 'roses_windows_unchanged_total{stream="daily"} 4.0' in text

@@ -93,15 +93,22 @@ def _describe_time_operator(node: Node) -> str | None:
     if isinstance(node, Delta):
         return "Delta δ⁺ insert" if node.kind == "insert" else "Delta δ⁻ delete"
     if isinstance(node, Aggregate):
-        return f"Aggregate α reduce {describe_xquery(node.reduce)}"
+        return f"Aggregate α reduce {describe_xquery(node.reduce)}{_lateness(node)}"
     if isinstance(node, GroupBy):
-        return f"GroupBy γ by {node.by!r} reduce {describe_xquery(node.reduce)}"
+        return f"GroupBy γ by {node.by!r} reduce {describe_xquery(node.reduce)}{_lateness(node)}"
     if isinstance(node, WindowedGrouping):
         reduce = describe_xquery(node.reduce)
         return f"WindowedGrouping by {node.by!r} last {node.size} reduce {reduce}"
     if isinstance(node, Nest | Unnest):
         return type(node).__name__
     return None
+
+
+def _lateness(node: Aggregate | GroupBy) -> str:
+    """Over publication time (a lateness or a late policy set): how late items are taken."""
+    if node.lateness == 0 and node.late == "drop":
+        return ""
+    return f", lateness {duration(node.lateness)}, late items: {node.late}"
 
 
 def describe(node: Node) -> str:

@@ -97,6 +97,31 @@ class Planned:
     purged: list[PaneId]  # windows gone past the lateness
 
 
+# The output part (the feed NAME/late) of a stream's items later than the lateness.
+LATE_PART = "late"
+
+# The error accumulator of the Spark engine also counts, per stream, the items later
+# than the lateness and the results computed again but unchanged, under these keys.
+TALLIES = ("late", "unchanged")
+
+
+def tally_key(kind: str, stream: str) -> str:
+    return f"{kind}:{stream}"
+
+
+def split_tallies(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """(items dropped per step, {kind: {stream: count}}) from the accumulator's counts."""
+    dropped: dict[str, int] = {}
+    tallies: dict[str, dict[str, int]] = {kind: {} for kind in TALLIES}
+    for key, count in counts.items():
+        kind, _, stream = key.partition(":")
+        if kind in tallies and stream:
+            tallies[kind][stream] = tallies[kind].get(stream, 0) + count
+        else:
+            dropped[key] = count
+    return dropped, tallies
+
+
 def digest(item: str) -> str:
     return hashlib.sha256(item.encode("utf-8")).hexdigest()[:32]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import quote, unquote
 
+from roses_app.algebra.lateness import LATE_PART
 from roses_app.algebra.plan import Split
 from roses_app.config.model import Config, StreamConfig
 from roses_app.publish.feedpage import HTML_MEDIA_TYPE, render_feed_page
@@ -108,6 +109,13 @@ class Catalog:
             hubs=hub_urls(self.config, base),
         )
 
+    def _late_part(self, stream: StreamConfig) -> bool:
+        """Whether the stream publishes its late items (a window over publication time
+        with ``late: publish``) and has some: the feed ``NAME/late``."""
+        if getattr(stream.plan, "late", "drop") != "publish":
+            return False
+        return LATE_PART in self.store.parts(stream.name)
+
     def _parts(self, stream: StreamConfig) -> list[str]:
         # "" is the part of unsplit output; a split stream never publishes it.
         return [p for p in self.store.parts(stream.name) if p != ""]
@@ -121,6 +129,8 @@ class Catalog:
             assert publish is not None
             split = is_split(stream)
             parts: Iterable[str | None] = self._parts(stream) if split else [None]
+            if not split and self._late_part(stream):
+                parts = [None, LATE_PART]
             feeds = tuple(self._info(stream, p, base) for p in parts)
             out.append(
                 FeedGroup(
@@ -153,7 +163,8 @@ class Catalog:
         if value is None:
             return None if split else self._info(stream, None, base)
         if not split:
-            return None
+            late = value == LATE_PART and self._late_part(stream)
+            return self._info(stream, LATE_PART, base) if late else None
         parts = set(self._parts(stream))
         for candidate in (value, unquote(value), unquote(unquote(value))):
             if candidate in parts:

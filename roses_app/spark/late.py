@@ -31,7 +31,13 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import late_windowed
-from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
+from roses_app.algebra.lateness import (
+    LATE_PART,
+    Arrival,
+    LateWindows,
+    arrival_groups,
+    tally_key,
+)
 from roses_app.algebra.plan import Aggregate, GroupBy, TimeWindow
 from roses_app.spark import udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
@@ -40,12 +46,6 @@ KEY = "late_key"
 STATE = "windows"
 STATE_DDL = "state STRING"
 OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
-LATE_PART = "late"
-
-
-def late_tally(kind: str, stream: str) -> str:
-    """The accumulator key counting ``kind`` (late, unchanged) for ``stream``."""
-    return f"{kind}:{stream}"
 
 
 class LateProcessor(StatefulProcessor):
@@ -86,8 +86,8 @@ class LateProcessor(StatefulProcessor):
         if self.tallies is not None and (planned.late or settled.unchanged):
             self.tallies.add(
                 {
-                    late_tally("late", node.stream): len(planned.late),
-                    late_tally("unchanged", node.stream): settled.unchanged,
+                    tally_key("late", node.stream): len(planned.late),
+                    tally_key("unchanged", node.stream): settled.unchanged,
                 }
             )
         out = [(e.ts, e.seq, e.item, "") for e in settled.emissions]
@@ -147,7 +147,9 @@ def late_frame(node: Aggregate | GroupBy, ctx: LowerContext) -> DataFrame:
         outputStructType=OUTPUT_DDL,
         outputMode="Append",
         timeMode="None",
-        eventTimeColumnName="time",
+        # No event-time column: a result is published again at its window's end, long
+        # behind the watermark (the ingest clock), which Spark refuses of an operator
+        # passing the watermark on; no stateful operator reads this one's output.
     )
     if node.late == "publish":
         return out.select(*EVENT_COLUMNS, "part")

@@ -1,0 +1,118 @@
+"""A daily digest over publication time, through the daemon: items of a feed come
+out of order, the digest of each day is published once the day is over, published
+again in place when a late item changes it, and items later than the lateness go to
+the stream's late feed (seed 001)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roses_app.config import load_config
+
+CONFIG = """
+settings: {data_dir: ./data}
+sources:
+  wire: {feed: "file:wire.xml", time: published}
+streams:
+  daily:
+    aggregate:
+      from: {window: {from: wire, time: 1d, every: 1d}}
+      reduce: xquery/digest.xq
+      lateness: 7d
+      late: publish
+    publish: {title: "Daily digest"}
+"""
+
+
+def feed(items: list[tuple[str, datetime | None]]) -> str:
+    entries = "".join(
+        f"<item><title>{title}</title><link>https://example.org/{title}</link>"
+        f"<guid>https://example.org/{title}</guid>"
+        + (f"<pubDate>{format_datetime(when)}</pubDate>" if when else "")
+        + "</item>"
+        for title, when in items
+    )
+    return (
+        "<rss version='2.0'><channel><title>Wire</title><link>https://example.org/</link>"
+        f"<description>w</description>{entries}</channel></rss>"
+    )
+
+
+def link(title: str) -> str:
+    """How an item's link appears in a digest (escaped HTML in its description)."""
+    return f'https://example.org/{title}"'
+
+
+def once(folder: Path) -> dict[str, Any]:
+    from roses_app.daemon import Daemon
+
+    daemon = Daemon(load_config(folder / "feeds.yaml"))
+    try:
+        daemon.once()
+        entries = {
+            part: {e.guid: e.item for e in daemon.store.latest("daily", part, 50)}
+            for part in ("", "late")
+        }
+        return {"entries": entries, "health": daemon.health()}
+    finally:
+        daemon.close()
+
+
+@pytest.mark.spark
+def test_a_late_item_updates_its_day_in_place_and_a_too_late_one_goes_to_the_late_feed(
+    tmp_path: Path, spark: object
+) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "xquery").mkdir()
+    (tmp_path / "xquery" / "digest.xq").write_text((repo / "xquery" / "digest.xq").read_text())
+    (tmp_path / "feeds.yaml").write_text(CONFIG)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def day(n: int, hour: int) -> datetime:
+        return today - timedelta(days=n) + timedelta(hours=hour)
+
+    # newest first, as feeds list them; one placeholder date (1970): ingest time
+    first = [("c", day(1, 9)), ("b", day(2, 9)), ("a", day(3, 9))]
+    first.append(("x", datetime(1970, 1, 1, tzinfo=UTC)))
+    (tmp_path / "wire.xml").write_text(feed(first))
+    run = once(tmp_path)  # its heartbeat (now) closes the three days
+    digests = run["entries"][""]
+    assert len(digests) == 3
+    day2 = next(g for g, item in digests.items() if link("b") in item)
+    assert "1 item" in digests[day2]
+    assert run["entries"]["late"] == {}
+    assert run["health"]["implausible_dates_per_source"] == {"wire": 1}
+    before = dict(digests)
+
+    # b2 is two days old (within the lateness of 7 days); z is 20 days old: too late
+    second = [("b2", day(2, 11)), ("z", day(20, 9)), *first]
+    (tmp_path / "wire.xml").write_text(feed(second))
+    run = once(tmp_path)
+    digests = run["entries"][""]
+    assert set(digests) == set(before)  # the same three guids: replaced in place
+    assert "2 items" in digests[day2] and link("b2") in digests[day2]
+    assert all(digests[g] == before[g] for g in before if g != day2)
+    late = run["entries"]["late"]
+    assert list(late) == ["https://example.org/z"]  # the item itself
+    assert run["health"]["late_items_per_stream"] == {"daily": 1}
+
+    # the published documents, the late feed included, are valid feeds
+    from roses_app.daemon import Daemon
+    from roses_app.publish.export import export_static
+
+    daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
+    try:
+        written = export_static(daemon.config, daemon.store, tmp_path / "public")
+    finally:
+        daemon.close()
+    names = {p.relative_to(tmp_path / "public").as_posix() for p in written}
+    assert {"feeds/daily.rss", "feeds/daily/late.rss"} <= names
+    from test_valid_feeds import validate
+
+    docs = [tmp_path / "public" / n for n in sorted(names) if n.endswith((".rss", ".atom"))]
+    assert validate(docs) == {str(d): [] for d in docs}
