@@ -1,4 +1,4 @@
-"""The ``roses`` command: run, once, check, explain, replay, import, fetch."""
+"""The ``roses`` command: run, once, check, explain, replay, query, import, fetch."""
 
 from __future__ import annotations
 
@@ -182,6 +182,19 @@ def stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, request_stop)
 
 
+def cmd_query(args: argparse.Namespace) -> int:
+    """A stream's content at a time, from the spool (a running daemon is not disturbed)."""
+    from roses_app.publish.pull import PullQueries, parse_time
+    from roses_app.spool import wall_clock_micros
+
+    config = _load(args.config)
+    at = parse_time(args.at) if args.at else wall_clock_micros()
+    queries = PullQueries(config, config.settings.data_dir / "spool")
+    answer = queries.answer(args.stream, at, args.part, config.settings.http.public_base)
+    sys.stdout.buffer.write(answer.render(args.format))
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from roses_app.daemon import Daemon
 
@@ -227,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", required=True, help="output folder: STREAM.jsonl, STREAM/VALUE.jsonl")
     rep.add_argument("--engine", choices=("spark", "reference"), default="spark")
     rep.set_defaults(func=cmd_replay)
+    query = command("query", "print a stream's content at a time (a pull query), as a feed")
+    query.add_argument("stream", help="the stream (published or not)")
+    query.add_argument("--at", help="ISO-8601 time, e.g. 2026-11-22T12:00:00Z (default: now)")
+    query.add_argument("--part", help="one value of a split stream (default: every value)")
+    query.add_argument("--format", choices=("json", "rss", "atom", "html"), default="json")
+    query.set_defaults(func=cmd_query)
     imp = sub.add_parser(
         "import", help="print the feeds.yaml sources: block of a feed reader's OPML export"
     )

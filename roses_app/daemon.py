@@ -24,6 +24,7 @@ from roses_app.datalock import DataDirLock
 from roses_app.metrics import Metrics, Snapshot
 from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
+from roses_app.publish.pull import PullQueries
 from roses_app.publish.server import HttpServer, create_app
 from roses_app.publish.websub import Hub
 from roses_app.spool import Spool
@@ -164,8 +165,14 @@ class Daemon:
 
         http = self.config.settings.http
         self.hub = Hub(self.config, self.store, self.config.settings.data_dir / "websub.sqlite")
+        pull = PullQueries(self.config, self.config.settings.data_dir / "spool")
         app = create_app(
-            self.config, self.store, self.health, hub=self.hub, metrics=self.metrics.exposition
+            self.config,
+            self.store,
+            self.health,
+            hub=self.hub,
+            metrics=self.metrics.exposition,
+            pull=pull,
         )
         self.http = HttpServer(app, http.host, http.port)
         self.http.start()

@@ -208,8 +208,7 @@ class Spool:
     def files(self) -> list[Path]:
         """Every spool file, by the first seq it holds (archived ones are below their
         original path, merged ones at the top of the archive)."""
-        every = [*self.archive_dir.rglob("*.jsonl"), *self.log_dir.glob("*.jsonl")]
-        return sorted(every, key=first_seq)
+        return spool_files(self.root)
 
     def events(self) -> Iterator[Event]:
         """Every event in the spool, in seq order."""
@@ -300,6 +299,28 @@ def finish_compaction(archive: Path) -> None:
     marker.unlink()
 
 
+def spool_files(root: Path) -> list[Path]:
+    """The files of the spool at ``root``, by the first seq each holds."""
+    every = [*(root / "archive").rglob("*.jsonl"), *(root / "log").glob("*.jsonl")]
+    return sorted(every, key=first_seq)
+
+
+def read_spool(root: Path, attempts: int = 5) -> list[Event]:
+    """Every event of the spool at ``root``, in seq order, read without its index:
+    safe while a daemon appends, archives and compacts (a file moved away meanwhile
+    is looked for again; a file and its merged copy give each event once)."""
+    for _ in range(attempts):
+        found: dict[int, Event] = {}
+        try:
+            for path in spool_files(root):
+                for event in read_file(path):
+                    found.setdefault(event.seq, event)
+        except FileNotFoundError:
+            continue  # archived or merged while read: list again
+        return [found[seq] for seq in sorted(found)]
+    raise SpoolError(f"the spool at {root} kept changing while read; try again")
+
+
 def read_file(path: Path) -> Iterator[Event]:
     with open(path, encoding="utf-8") as fh:
         for line in fh:
@@ -330,4 +351,12 @@ def _dump(fh: TextIO, events: Sequence[Event]) -> None:
         fh.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-__all__ = ["MICROS", "SPARK_SCHEMA_DDL", "Spool", "read_file", "write_events"]
+__all__ = [
+    "MICROS",
+    "SPARK_SCHEMA_DDL",
+    "Spool",
+    "read_file",
+    "read_spool",
+    "spool_files",
+    "write_events",
+]

@@ -47,8 +47,16 @@ from roses_app.publish.cache import Document, RenderCache, etag_of
 from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, render_feed
 from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
+from roses_app.publish.pull import (
+    PullQueries,
+    PullQueryError,
+    UnknownStreamError,
+    negotiate,
+    parse_time,
+)
 from roses_app.publish.render import OPML_MEDIA_TYPE, FeedInfo
 from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
+from roses_app.spool import wall_clock_micros
 from roses_app.store import Store
 
 log = logging.getLogger(HTTP_LOGGER)
@@ -257,6 +265,25 @@ class _Pages:
         return PlainTextResponse("\n".join(lines) + "\n", status_code=404)
 
 
+def _pull(config: Config, pull: PullQueries) -> Callable[[Request], Response]:
+    def answer(request: Request) -> Response:
+        # a plain function: Starlette runs it in a worker thread (it reads the spool)
+        params = request.query_params
+        try:
+            at = parse_time(params["at"]) if "at" in params else wall_clock_micros()
+            fmt = negotiate(request.headers.get("accept", ""), params.get("format"))
+            found = pull.answer(
+                request.path_params["name"], at, params.get("part"), server_base(config, request)
+            )
+        except PullQueryError as exc:
+            status = 404 if isinstance(exc, UnknownStreamError) else 400
+            return PlainTextResponse(f"{exc}\n", status_code=status)
+        body = found.render(fmt)
+        return Response(body, media_type=RENDERERS[fmt][1], headers={"Cache-Control": "no-cache"})
+
+    return answer
+
+
 def create_app(
     config: Config,
     store: Store,
@@ -265,12 +292,14 @@ def create_app(
     cache: RenderCache | None = None,
     metrics: Callable[[], tuple[bytes, str]] | None = None,
     hub: Hub | None = None,
+    pull: PullQueries | None = None,
 ) -> Starlette:
     """The Starlette application serving the published feeds of ``config`` from ``store``.
 
     ``cache``: where rendered documents are kept (a new one by default); ``metrics``:
     what ``/metrics`` serves (body, content type), e.g. ``Metrics.exposition``;
-    ``hub``: the WebSub hub served at ``POST /websub/hub`` (started by the caller).
+    ``hub``: the WebSub hub served at ``POST /websub/hub`` (started by the caller);
+    ``pull``: the pull queries served at ``GET /streams/NAME?at=TIME``.
     """
     pages = _Pages(config, store, cache if cache is not None else RenderCache())
     routes = [
@@ -282,6 +311,8 @@ def create_app(
     ]
     if metrics is not None:
         routes.append(Route("/metrics", _metrics(metrics)))
+    if pull is not None:
+        routes.append(Route("/streams/{name}", _pull(config, pull)))
     if hub is not None:
         hub.bind(pages.document)
         endpoint = hub.endpoint(lambda request: server_base(config, request))

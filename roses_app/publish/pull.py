@@ -1,0 +1,134 @@
+"""Answering pull queries: ``GET /streams/NAME?at=TIME`` and ``roses query``.
+
+Any stream of the config, published or not, gives its content at a time
+(:func:`roses_app.algebra.pull.content_at`), computed from the spool as it is on disk
+(read without its index, so a running daemon is not disturbed), as a feed document:
+JSON Feed by default, RSS or Atom when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote
+
+from roses_app.algebra.pull import PullQueryError, UnknownStreamError, content_at
+from roses_app.algebra.reference_registry import RefInput
+from roses_app.config.model import Config
+from roses_app.items import MICROS, iso8601, micros_of
+from roses_app.publish.catalog import RENDERERS, render_feed
+from roses_app.publish.render import FeedInfo
+from roses_app.publish.sanitize import label
+from roses_app.spool import read_spool
+from roses_app.store_rows import StoredEntry, entry_guid
+
+# what to answer for each Accept media type (the first one found in the header wins)
+ACCEPTED = {
+    "application/rss+xml": "rss",
+    "application/atom+xml": "atom",
+    "application/feed+json": "json",
+    "application/json": "json",
+}
+
+
+def parse_time(text: str) -> int:
+    """An ISO-8601 time (``2026-11-22T12:00:00Z``) as µs since the epoch."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise PullQueryError(
+            f"at={text!r} is not an ISO-8601 time (e.g. 2026-11-22T12:00:00Z)"
+        ) from exc
+    return micros_of(when if when.tzinfo else when.replace(tzinfo=UTC))
+
+
+def negotiate(accept: str, asked: str | None) -> str:
+    """The format to answer: ``asked`` (a ``format`` parameter), else the Accept header."""
+    if asked is not None:
+        if asked not in RENDERERS:
+            raise PullQueryError(f"format={asked!r}: use one of {', '.join(RENDERERS)}")
+        return asked
+    for media in (part.split(";")[0].strip() for part in accept.split(",")):
+        if media in ACCEPTED:
+            return ACCEPTED[media]
+    return "json"
+
+
+@dataclass(frozen=True)
+class PullAnswer:
+    info: FeedInfo
+    entries: list[StoredEntry]
+
+    def render(self, fmt: str) -> bytes:
+        return render_feed(fmt, self.info, self.entries, None)
+
+
+def _entry(stream: str, part: str, ts: int, seq: int, item: str) -> StoredEntry:
+    """An event as a feed entry (its time as its dates)."""
+    return StoredEntry(stream, part, entry_guid(item), ts, seq, item, ts / MICROS, ts / MICROS)
+
+
+class PullQueries:
+    """The pull queries of one config over its spool folder."""
+
+    def __init__(self, config: Config, spool_root: Path) -> None:
+        self.config = config
+        self.spool_root = spool_root
+
+    def answer(self, name: str, at: int, part: str | None = None, base: str = "") -> PullAnswer:
+        stream = self.config.streams.get(name)
+        if stream is None:
+            known = ", ".join(self.config.streams) or "none"
+            raise UnknownStreamError(f"no stream named {name!r} (streams: {known})")
+        inputs = [
+            RefInput(e.source, e.ts, e.seq, e.item, e.published)
+            for e in read_spool(self.spool_root)
+        ]
+        settings = self.config.settings
+        content = content_at(
+            stream.stream, inputs, at, settings.namespaces, lateness=settings.lateness, show=iso8601
+        )
+        if part is not None and part not in content:
+            content = {part: []}
+        entries = [
+            StoredEntry(
+                name, p, entry_guid(e.item or ""), e.ts, e.seq, e.item or "", *[e.ts / MICROS] * 2
+            )
+            for p in sorted(content)
+            if part is None or p == part
+            for e in content[p]
+        ]
+        entries.sort(key=lambda e: (e.ts, e.seq), reverse=True)
+        return PullAnswer(self._info(name, at, part, base, len(entries)), entries)
+
+    def _info(self, name: str, at: int, part: str | None, base: str, count: int) -> FeedInfo:
+        stream = self.config.streams[name]
+        title = label(stream.publish.title if stream.publish else "", name)
+        when = iso8601(at)
+        query = f"?at={quote(when)}" + (f"&part={quote(part)}" if part is not None else "")
+        url = f"{base}/streams/{quote(name, safe='')}{query}"
+        return FeedInfo(
+            name=name,
+            stream=name,
+            part=part or "",
+            title=f"{title} at {when}",
+            description=f"The content of stream {name} at {when} (a pull query).",
+            keep=count,
+            rss_url=url + "&format=rss",
+            atom_url=url + "&format=atom",
+            html_url=url + "&format=html",
+            json_url=url + "&format=json",
+            index_url=f"{base}/",
+        )
+
+
+__all__ = [
+    "ACCEPTED",
+    "PullAnswer",
+    "PullQueries",
+    "PullQueryError",
+    "UnknownStreamError",
+    "negotiate",
+    "parse_time",
+]
