@@ -268,6 +268,7 @@ class Daemon:
             dropped=dropped,
             too_late=tallies["late"],
             unchanged=tallies["unchanged"],
+            revised=tallies["revised"],
             late={name: dropped for name, (dropped, _) in self._late.items()},
             store_bytes=sum(map(_size, data.glob("store.sqlite*"))),
             spool_bytes=sum(map(_size, spool)),
@@ -325,6 +326,7 @@ class Daemon:
             # computed again but unchanged (not published again)
             "late_items_per_stream": tallies["late"],
             "unchanged_windows_per_stream": tallies["unchanged"],
+            "revised_windows_per_stream": tallies["revised"],  # retractions
             # publication dates not believed (before 1990, too far ahead): ingest time used
             "implausible_dates_per_source": dict(self.spool.implausible_dates),
             **counters,

@@ -39,6 +39,7 @@ class Snapshot:
     # results computed again that had not changed (not published again)
     too_late: dict[str, int] = field(default_factory=dict)
     unchanged: dict[str, int] = field(default_factory=dict)
+    revised: dict[str, int] = field(default_factory=dict)  # results replacing published ones
     late: dict[str, int] = field(default_factory=dict)  # query -> rows behind the watermark
     store_bytes: int = 0
     spool_bytes: int = 0
@@ -73,6 +74,12 @@ class SnapshotCollector(Collector):
             "Window results computed again after a late item and not published again (unchanged)",
             "stream",
             now.unchanged,
+        )
+        yield _counter(
+            "roses_windows_revised",
+            "Window results published in place of an earlier one (a retraction of it)",
+            "stream",
+            now.revised,
         )
         yield _counter(
             "roses_items_late",

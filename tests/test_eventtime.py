@@ -225,3 +225,52 @@ def test_lateness_and_late_belong_to_windows_over_publication_time(tmp_path: Pat
         "Aggregate must be the stream itself"
     )
     assert len(problems) == 3
+
+
+def test_report_policies_are_read_and_their_mistakes_reported(tmp_path: Path) -> None:
+    from roses_app.algebra.plan import Aggregate, Report
+
+    head = "sources:\n  feed: {feed: 'http://example.org/feed'}\nstreams:\n"
+    window = "{window: {from: feed, time: 1h, every: 1h}}"
+    reduce = "'<item><title>{count($items)}</title></item>'"
+
+    def agg(extra: str, source: str = window) -> str:
+        return f"{{aggregate: {{from: {source}, reduce: {reduce}, {extra}}}}}"
+
+    config = parse_config(
+        head
+        + f"  a: {agg('report: on-change')}\n"
+        + f"  b: {agg('report: optimistic, tick: item')}\n"
+        + f"  c: {agg('report: [non-empty, {every: 10m}], tick: time')}\n"
+        + f"  d: {agg('report: non-empty')}\n",
+        tmp_path / "feeds.yaml",
+    )
+    reports = {}
+    for name in "abcd":
+        plan = config.streams[name].plan
+        assert isinstance(plan, Aggregate)
+        reports[name] = plan.report
+    assert reports == {
+        "a": Report(on_close=False, on_change=True),
+        "b": Report(on_close=True, on_change=True, tick="item"),
+        "c": Report(on_close=False, every=600_000_000, tick="time"),
+        "d": Report(),  # non-empty alone: when the window closes, as by default
+    }
+    problems = problems_in(
+        head
+        + f"  e: {agg('report: on-change', source='feed')}\n"
+        + f"  f: {agg('report: sometimes')}\n"
+        + f"  g: {agg('report: {every: 0s}')}\n"
+        + f"  h: {agg('tick: hourly')}\n",
+        tmp_path,
+    )
+    assert problems[0].startswith(
+        "4: aggregate.report and .tick apply to an aggregate over a periodic time window"
+    )
+    assert problems[1].startswith(
+        "5: aggregate.report: one of on-close, on-change, optimistic, non-empty, "
+        "{every: DURATION}, or a list of them; got a string ('sometimes')"
+    )
+    assert problems[2].startswith("6: aggregate.report every must be a duration > 0")
+    assert problems[3].startswith("7: aggregate.tick must be one of batch, item, time")
+    assert len(problems) == 4

@@ -24,7 +24,7 @@ from roses_app.algebra.lateness import (
     Settled,
     arrival_groups,
 )
-from roses_app.algebra.plan import TimeWindow
+from roses_app.algebra.plan import Report, TimeWindow
 from roses_app.algebra.windows import refresh_bounds, refreshes_holding
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -53,7 +53,7 @@ def test_a_window_is_published_when_the_clock_passes_its_end() -> None:
     assert settled.emissions == []  # the clock is 10: [1, 10] is not over yet
     _, settled = step(windows, [[item(11, 4, "d")]])
     assert [(e.ts, e.seq, e.item, e.revision) for e in settled.emissions] == [
-        (10, 1, "a b c", False)
+        (10, 1, "a b c", 0)
     ]
 
 
@@ -68,11 +68,11 @@ def test_only_the_windows_a_late_item_changed_are_published_again() -> None:
     assert settled.emissions == []  # both windows of time 8 already held b
     assert settled.unchanged == 2
     planned, settled = step(windows, [[item(13, 6, "c")]])
-    assert [(c.start, c.end, c.revision) for c in planned.computations] == [
-        (6, 15, True),
-        (11, 20, True),
+    assert [(c.start, c.end) for c in planned.computations] == [(6, 15), (11, 20)]
+    assert [(e.ts, e.seq, e.item, e.revision) for e in settled.emissions] == [
+        (15, 6, "a b c", 1),  # the seq of the item that changed it
+        (20, 6, "a c", 1),
     ]
-    assert [(e.ts, e.seq, e.item) for e in settled.emissions] == [(15, 6, "a b c"), (20, 6, "a c")]
 
 
 def test_an_item_later_than_the_lateness_is_late_and_changes_nothing() -> None:
@@ -124,19 +124,26 @@ def arrivals(draw: Any) -> list[list[Arrival]]:
 
 
 specs = st.sampled_from([TUMBLING, SLIDING, TimeWindow(4, period=10, start=3)])
+reports = st.builds(
+    lambda close, change, every, tick: Report(close or not (change or every), change, every, tick),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([None, 3, 7]),
+    st.sampled_from(["batch", "item", "time"]),
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(arrivals(), specs, st.integers(0, 25), st.data())
+@given(arrivals(), specs, st.integers(0, 25), reports, st.data())
 def test_batches_with_the_state_saved_in_between_publish_what_one_pass_does(
-    groups: list[list[Arrival]], spec: TimeWindow, lateness: int, data: Any
+    groups: list[list[Arrival]], spec: TimeWindow, lateness: int, report: Report, data: Any
 ) -> None:
-    _, whole = step(LateWindows(spec, lateness), groups)
+    _, whole = step(LateWindows(spec, lateness, report), groups)
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(groups) - 1)), max_size=4)))
     saved: dict[str, Any] | None = None
     emitted = []
     for start, end in zip([0, *cuts], [*cuts, len(groups)], strict=True):
-        windows = LateWindows.load(spec, lateness, json.loads(json.dumps(saved)))
+        windows = LateWindows.load(spec, lateness, report, json.loads(json.dumps(saved)))
         emitted += step(windows, groups[start:end])[1].emissions
         saved = windows.dump()
     assert emitted == whole.emissions
@@ -150,6 +157,7 @@ def test_the_last_result_of_a_window_is_over_every_item_it_took_and_never_repeat
     windows = LateWindows(spec, lateness)
     taken: dict[int, set[str]] = {}  # window end -> the items it took (a model)
     last: dict[int, str] = {}
+    counts: dict[int, int] = {}
     clock: int | None = None
     for group in groups:
         planned, settled = step(windows, [group])
@@ -167,7 +175,8 @@ def test_the_last_result_of_a_window_is_over_every_item_it_took_and_never_repeat
         clock = max(times) if clock is None else max(clock, *times)
         for e in settled.emissions:
             assert last.get(e.ts) != e.item  # a result is published again only if changed
-            assert e.revision == (e.ts in last)
+            assert e.revision == counts.get(e.ts, 0)
+            counts[e.ts] = counts.get(e.ts, 0) + 1
             last[e.ts] = e.item
     for end, result in last.items():
         assert result == " ".join(sorted(taken[end]))
@@ -210,11 +219,20 @@ def test_the_counts_per_stream_are_told_from_the_items_dropped_per_step() -> Non
     from roses_app.metrics import Metrics, Snapshot
 
     dropped, tallies = split_tallies(
-        {"big/filter": 2, "late:daily": 3, "unchanged:daily": 4, "late:other": 1}
+        {"big/filter": 2, "late:daily": 3, "unchanged:daily": 4, "late:other": 1, "revised:d": 5}
     )
     assert dropped == {"big/filter": 2}
-    assert tallies == {"late": {"daily": 3, "other": 1}, "unchanged": {"daily": 4}}
-    metrics = Metrics(lambda: Snapshot(too_late=tallies["late"], unchanged=tallies["unchanged"]))
+    assert tallies == {
+        "late": {"daily": 3, "other": 1},
+        "unchanged": {"daily": 4},
+        "revised": {"d": 5},
+    }
+    metrics = Metrics(
+        lambda: Snapshot(
+            too_late=tallies["late"], unchanged=tallies["unchanged"], revised=tallies["revised"]
+        )
+    )
     text = metrics.exposition()[0].decode()
     assert 'roses_items_too_late_total{stream="daily"} 3.0' in text
     assert 'roses_windows_unchanged_total{stream="daily"} 4.0' in text
+    assert 'roses_windows_revised_total{stream="d"} 5.0' in text

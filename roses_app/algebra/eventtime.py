@@ -24,6 +24,7 @@ from roses_app.algebra.plan import (
     GroupBy,
     Map,
     Node,
+    Report,
     Source,
     Split,
     TimeWindow,
@@ -49,15 +50,15 @@ def event_timed(node: Node) -> bool:
 
 def late_windowed(node: Node) -> tuple[Node, TimeWindow] | None:
     """(the stream below, the window) when ``node`` is an aggregate or a group-by over a
-    periodic time window of a stateless plan with a source read in publication time:
-    what :mod:`roses_app.algebra.lateness` runs."""
+    periodic time window of a stateless plan, with a source read in publication time
+    or a report policy of its own: what :mod:`roses_app.algebra.lateness` runs."""
     if not isinstance(node, Aggregate | GroupBy):
         return None
     window = node.input
     if not (isinstance(window, Window) and isinstance(window.spec, TimeWindow)):
         return None
     below = window.input
-    if window.spec.period is None or not event_timed(below):
+    if window.spec.period is None or not (event_timed(below) or node.report != Report()):
         return None
     if any(not isinstance(n, STATELESS) for n in below.walk()):
         return None

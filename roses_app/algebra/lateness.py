@@ -1,23 +1,32 @@
-"""Windows over publication time with an allowed lateness (seed 001: Scotty's goal).
+"""Windows with an allowed lateness and report policies (seeds 001, 000 and 003).
 
 An aggregate (α) or group-by (γ) over a periodic time window ω_time,w,d,f,t0 of items
-read in publication time (``time: published``) takes its input in *arrival* order:
-the events of one spool append (one ingest time) together, appends one after the
-other.  Both engines call this module, the reference evaluator over a whole event
-list at once, the Spark operator micro-batch after micro-batch with its state kept
-in between (:meth:`LateWindows.dump`), so both publish the same results.
+read in publication time (``time: published``), or with a ``report:`` policy, takes
+its input in *arrival* order: the events of one spool append (one ingest time)
+together, appends one after the other.  Both engines call this module, the reference
+evaluator over a whole event list at once, the Spark operator micro-batch after
+micro-batch with its state kept in between (:meth:`LateWindows.dump`), so both
+publish the same results.
 
-* **Clock.**  The latest time seen: the largest publication time of an item that
-  reached the window, or the time of a heartbeat (time passing on the ingest clock).
-* **Closing.**  The window [low, high] closes when the clock passes ``high``; its
-  result (the reducer over its items, if it has items and the reducer returns one)
-  is then published, at time ``high``, with the smallest seq of its items.
-* **Allowed lateness** L.  A closed window keeps its items until the clock passes
-  ``high + L``.  An item that arrives for it meanwhile updates it, and with the same
-  arrival (the next watermark) its result is computed again and published again only
-  if it changed: same guid (it replaces the published one), the seq of its latest
-  item.  A result that did not change is counted (``unchanged``), not published.
-  Only the windows an item belongs to are computed again: the window(s) of its time.
+* **Clock.**  The latest time seen: the largest time of an item that reached the
+  window (its publication time, or its ingest time), or the time of a heartbeat.
+* **Closing.**  The window [low, high] closes when the clock passes ``high``.
+* **Report** (SECRET's report dimension, seed 003; :class:`~roses_app.algebra.plan.Report`).
+  By default a window's result (the reducer over its items) is published when it
+  closes (``on-close``); ``on-change`` publishes it whenever its items change, before
+  it closes too (FlameStream's optimistic results, seed 000); ``every: P`` when the
+  clock passes a multiple of P and it changed since.  ``tick`` says when these are
+  looked at: after each arrival (``batch``), each item (``item``), or each advance of
+  the clock (``time``).  Whatever the policy, a result is published only if it
+  differs from the window's last published one, and then in place of it (same guid),
+  with a revision number (0 for the first); a result that had not changed is counted
+  (``unchanged``).  The first result of a window carries the smallest seq of its
+  items, a revision the largest (its latest item).  An empty window is never
+  published (SECRET's non-empty content).
+* **Allowed lateness** L (seed 001, Scotty's goal).  A closed window keeps its items
+  until the clock passes ``high + L``.  An item that arrives for it meanwhile updates
+  it: the window(s) of its time, and only they, are computed again (with that
+  arrival: the next watermark), and published again if their result changed.
 * **Too late.**  An item none of whose windows is still kept (``high + L`` before the
   clock for every one) is late: the caller drops and counts it, or publishes it in
   the stream's ``late`` part (``late: publish``).
@@ -26,10 +35,11 @@ in between (:meth:`LateWindows.dump`), so both publish the same results.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from roses_app.algebra.plan import Report
 from roses_app.algebra.windows import Refreshed, refresh_bounds, refreshes_holding
 
 PaneId = tuple[int, str | None]  # the window's inclusive end, the key (None: α)
@@ -49,39 +59,44 @@ class Arrival:
 
 @dataclass
 class Pane:
-    """One window of one key: its items, whether it was computed since it closed, and
-    whether an item came since it was last computed."""
+    """One window of one key: its items; whether the clock has passed its end; whether
+    items came since its result was last computed (or it never was)."""
 
     start: int
     end: int
     key: str | None
     entries: set[Entry] = field(default_factory=set)
-    computed: bool = False
-    touched: bool = False
+    closed: bool = False
+    touched: bool = True
 
 
 @dataclass(frozen=True)
 class Computation:
-    """A window to reduce now: its items in (time, seq) order, the seq its result
-    carries, and whether it was published before (a revision)."""
+    """A window to reduce now: its items in (time, seq) order and the smallest and
+    largest seq among them."""
 
     pane: PaneId
     start: int
     end: int
     key: str | None
     items: tuple[str, ...]
-    seq: int
-    revision: bool
+    first_seq: int
+    last_seq: int
 
 
 @dataclass(frozen=True)
 class Emission:
-    """A result to publish: at the window's end, replacing any earlier one."""
+    """A result to publish at the window's end, replacing any earlier one of the same
+    window: ``revision`` counts the results published before it (0: the first).  The
+    engine stamps the window (guid, bounds, key, revision) on ``item``."""
 
     ts: int
     seq: int
     item: str
-    revision: bool
+    start: int
+    end: int
+    key: str | None
+    revision: int
 
 
 @dataclass
@@ -101,8 +116,9 @@ class Planned:
 LATE_PART = "late"
 
 # The error accumulator of the Spark engine also counts, per stream, the items later
-# than the lateness and the results computed again but unchanged, under these keys.
-TALLIES = ("late", "unchanged")
+# than the lateness, the results computed again but unchanged, and the results that
+# replaced (retracted) a published one, under these keys.
+TALLIES = ("late", "unchanged", "revised")
 
 
 def tally_key(kind: str, stream: str) -> str:
@@ -128,56 +144,69 @@ def digest(item: str) -> str:
 
 @dataclass
 class LateWindows:
-    """The state of one operator: the clock, the windows kept, and a digest of what
-    was published for each (to tell a changed result from an unchanged one)."""
+    """The state of one operator: the clock, the windows kept, and for each the digest
+    of its last published result and how many it published (to tell a changed result
+    from an unchanged one, and to number revisions)."""
 
     spec: Refreshed
     lateness: int
+    report: Report = field(default_factory=Report)
     clock: int | None = None
     panes: dict[PaneId, Pane] = field(default_factory=dict)
-    published: dict[PaneId, str] = field(default_factory=dict)
+    published: dict[PaneId, tuple[str, int]] = field(default_factory=dict)
 
     def plan(self, groups: Iterable[Sequence[Arrival]]) -> Planned:
-        """Take each arrival group in order: add its items, move the clock, and list the
-        windows to compute (closing now, or closed and changed since)."""
+        """Take each arrival group in order (each item alone with ``tick: item``): add
+        its items, move the clock, and list the windows the report policy computes."""
         out = Planned([], [], [])
-        for group in groups:
+        for group in self._ticks(groups):
             out.late.extend(self._add(group))
+            before = self.clock
             times = [a.time for a in group]
             if times:
                 self.clock = max(times) if self.clock is None else max(self.clock, *times)
-            out.computations.extend(self._due())
+            if self.report.tick == "time" and self.clock == before:
+                continue  # evaluated when the clock moves
+            out.computations.extend(self._due(self._period_passed(before)))
             out.purged.extend(self._purge())
         return out
 
     def settle(self, planned: Planned, results: Sequence[str | None]) -> Settled:
-        """What to publish, given each computation's result (None: λ, nothing)."""
+        """What to publish, given each computation's reducer result (None: λ)."""
         out = Settled([], 0)
         for comp, result in zip(planned.computations, results, strict=True):
             if result is None:
                 continue  # λ: nothing to publish (an earlier result stays as it was)
             found = digest(result)
-            if self.published.get(comp.pane) == found:
+            known, count = self.published.get(comp.pane, ("", 0))
+            if known == found:
                 out.unchanged += 1
                 continue
-            self.published[comp.pane] = found
-            out.emissions.append(Emission(comp.end, comp.seq, result, comp.revision))
+            self.published[comp.pane] = (found, count + 1)
+            seq = comp.last_seq if count else comp.first_seq
+            out.emissions.append(
+                Emission(comp.end, seq, result, comp.start, comp.end, comp.key, count)
+            )
         for pane in planned.purged:
             self.published.pop(pane, None)
         return out
+
+    def _ticks(self, groups: Iterable[Sequence[Arrival]]) -> Iterator[Sequence[Arrival]]:
+        for group in groups:
+            if self.report.tick == "item":
+                yield from ([a] for a in group)
+            else:
+                yield group
 
     def _add(self, group: Sequence[Arrival]) -> list[Arrival]:
         late: list[Arrival] = []
         for arrival in group:
             if arrival.item is None:
                 continue
-            kept = [
-                r
-                for r in refreshes_holding(self.spec, arrival.time)
-                if not self._gone(r, self.clock)
-            ]
+            holding = refreshes_holding(self.spec, arrival.time)
+            kept = [r for r in holding if not self._gone(r, self.clock)]
             if not kept:
-                if len(refreshes_holding(self.spec, arrival.time)):
+                if len(holding):
                     late.append(arrival)  # else before the first window: in none
                 continue
             entry = (arrival.time, arrival.seq, arrival.item)
@@ -186,41 +215,45 @@ class LateWindows:
                 pane = self.panes.setdefault((end, arrival.key), Pane(start, end, arrival.key))
                 if entry not in pane.entries:
                     pane.entries.add(entry)
-                    pane.touched = pane.touched or pane.computed
+                    pane.touched = True
         return late
 
     def _gone(self, refresh: int, clock: int | None) -> bool:
         return clock is not None and refresh_bounds(self.spec, refresh)[1] + self.lateness < clock
 
-    def _due(self) -> list[Computation]:
+    def _period_passed(self, before: int | None) -> bool:
+        """Whether the clock passed a multiple of the report period (``every``)."""
+        every = self.report.every
+        if not every or self.clock is None or before is None:
+            return False  # the first time seen starts the count
+        return self.clock // every > before // every
+
+    def _due(self, period: bool) -> list[Computation]:
         out: list[Computation] = []
         if self.clock is None:
             return out
+        report = self.report
         for pane_id in sorted(self.panes, key=_pane_order):
             pane = self.panes[pane_id]
-            if pane.end >= self.clock or (pane.computed and not pane.touched):
+            pane.closed = pane.closed or pane.end < self.clock
+            wanted = report.on_change or period or (report.on_close and pane.closed)
+            if not (pane.touched and wanted):
                 continue
             entries = sorted(pane.entries)
-            seq = max(e[1] for e in entries) if pane.computed else min(e[1] for e in entries)
+            seqs = [e[1] for e in entries]
+            items = tuple(e[2] for e in entries)
             out.append(
-                Computation(
-                    pane_id,
-                    pane.start,
-                    pane.end,
-                    pane.key,
-                    tuple(e[2] for e in entries),
-                    seq,
-                    pane.computed,
-                )
+                Computation(pane_id, pane.start, pane.end, pane.key, items, min(seqs), max(seqs))
             )
-            pane.computed, pane.touched = True, False
+            pane.touched = False
         return out
 
     def _purge(self) -> list[PaneId]:
+        clock = self.clock
         gone = [
             p
             for p, pane in self.panes.items()
-            if self.clock is not None and pane.end + self.lateness < self.clock
+            if clock is not None and pane.end + self.lateness < clock
         ]
         for pane_id in gone:
             del self.panes[pane_id]
@@ -232,23 +265,25 @@ class LateWindows:
         return {
             "clock": self.clock,
             "panes": [
-                [p.start, p.end, p.key, sorted(p.entries), p.computed, p.touched]
+                [p.start, p.end, p.key, sorted(p.entries), p.closed, p.touched]
                 for p in self.panes.values()
             ],
-            "published": [[end, key, d] for (end, key), d in self.published.items()],
+            "published": [[end, key, d, n] for (end, key), (d, n) in self.published.items()],
         }
 
     @classmethod
-    def load(cls, spec: Refreshed, lateness: int, data: dict[str, Any] | None) -> LateWindows:
-        state = cls(spec, lateness)
+    def load(
+        cls, spec: Refreshed, lateness: int, report: Report, data: dict[str, Any] | None
+    ) -> LateWindows:
+        state = cls(spec, lateness, report)
         if not data:
             return state
         state.clock = data["clock"]
-        for start, end, key, entries, computed, touched in data["panes"]:
+        for start, end, key, entries, closed, touched in data["panes"]:
             state.panes[(end, key)] = Pane(
-                start, end, key, {(t, s, i) for t, s, i in entries}, computed, touched
+                start, end, key, {(t, s, i) for t, s, i in entries}, closed, touched
             )
-        state.published = {(end, key): d for end, key, d in data["published"]}
+        state.published = {(end, key): (d, n) for end, key, d, n in data["published"]}
         return state
 
 

@@ -359,6 +359,32 @@ class Delta(Node):
             raise ValueError(f"unknown delta kind {self.kind!r}")
 
 
+TICKS = ("batch", "item", "time")
+
+
+@dataclass(frozen=True)
+class Report:
+    """When a window's result is published (seed 003, SECRET's report dimension):
+    ``on_close`` when the window closes, ``on_change`` whenever its content changes
+    (before it closes too: FlameStream's optimistic results), ``every`` (µs) at each
+    multiple of that period, when it changed since.  A result is only published when
+    it differs from the one published before, and an empty window never is (SECRET's
+    non-empty content).  ``tick``: what triggers an evaluation: each arrival of items
+    (``batch``, one spool append), each ``item``, or each advance of the clock
+    (``time``)."""
+
+    on_close: bool = True
+    on_change: bool = False
+    every: int | None = None
+    tick: str = "batch"
+
+    def __post_init__(self) -> None:
+        if self.tick not in TICKS:
+            raise ValueError(f"unknown tick {self.tick!r} (expected one of {TICKS})")
+        if not (self.on_close or self.on_change or self.every):
+            raise ValueError("a report policy needs on-close, on-change or every")
+
+
 @dataclass(frozen=True, eq=False)
 class Aggregate(Node):
     """α_aggr: one item per time (``$items``: the input's items at that time).  Over a
@@ -373,6 +399,7 @@ class Aggregate(Node):
     # (``drop``, or ``publish`` in the stream's ``late`` part).
     lateness: int = field(default=0, metadata=LATER)
     late: str = field(default="drop", metadata=LATER)
+    report: Report = field(default=Report(), metadata=LATER)
 
     def __repr__(self) -> str:
         return _repr(self)
@@ -388,6 +415,7 @@ class GroupBy(Node):
     stream: str = ""
     lateness: int = field(default=0, metadata=LATER)  # as Aggregate's
     late: str = field(default="drop", metadata=LATER)
+    report: Report = field(default=Report(), metadata=LATER)
 
     def __repr__(self) -> str:
         return _repr(self)

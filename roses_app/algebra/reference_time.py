@@ -299,7 +299,7 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     """α/γ over a periodic window of items in publication time, taken in arrival
     order (:mod:`roses_app.algebra.lateness`); the late items go to ``ctx.late``."""
     from roses_app.xmlfn import split_batch
-    from roses_app.xmlfn.reduce import reduce_groups
+    from roses_app.xmlfn.reduce import advance_windows
 
     found = late_windowed(node)
     assert found is not None
@@ -315,13 +315,13 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
         for e, key in zip(items, keys, strict=True)
         if key is not None or isinstance(node, Aggregate)
     ]
-    state = LateWindows(spec, node.lateness)
-    planned = state.plan(arrival_groups(arrivals))
-    groups = [(c.items, c.start, c.end, c.key) for c in planned.computations]
-    settled = state.settle(planned, reduce_groups(node.reduce, ctx.ns, node.stream, groups))
+    state = LateWindows(spec, node.lateness, node.report)
+    planned, settled, published = advance_windows(
+        state, arrival_groups(arrivals), node.reduce, ctx.ns, node.stream
+    )
     ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
     ctx.unchanged[node] = settled.unchanged
-    return ordered(RefEvent(e.ts, e.seq, e.item) for e in settled.emissions)
+    return ordered(RefEvent(e.ts, e.seq, item) for e, item in published)
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------

@@ -40,6 +40,7 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     WindowSpec,
 )
+from roses_app.algebra.windows import periodic_input
 from roses_app.config.durations import DURATION_HINT, parse_duration
 from roses_app.config.fields import Section
 from roses_app.config.operator_registry import (
@@ -48,6 +49,7 @@ from roses_app.config.operator_registry import (
     register_operator,
     xquery_argument,
 )
+from roses_app.config.streams_report import REPORT_KEYS, report_argument
 from roses_app.config.yamlmarks import Marked, describe
 
 MICROS = 1_000_000
@@ -55,6 +57,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PAIR = ("i1", "i2")
 ITEMS = ("items", "key")
 LATE_KEYS = ("lateness", "late")
+WINDOWED_KEYS = (*LATE_KEYS, *REPORT_KEYS)
 
 
 def _micros(ctx: OperatorContext, args: Section, key: str, *, zero_ok: bool) -> int | None:
@@ -225,24 +228,28 @@ def _lateness(ctx: OperatorContext, args: Section, source: Node | None) -> tuple
 
 
 def _aggregate(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "reduce"), optional=LATE_KEYS)
+    args = ctx.arguments(value, required=("from", "reduce"), optional=WINDOWED_KEYS)
     source = ctx.input(args.get("from"))
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
     lateness, late = _lateness(ctx, args, source)
+    report = report_argument(ctx, args, source is not None and periodic_input(source) is not None)
     if source is None or reduce is None:
         return None
-    return Aggregate(source, reduce, ctx.origin.stream, lateness, late, origin=ctx.origin)
+    stream = ctx.origin.stream
+    return Aggregate(source, reduce, stream, lateness, late, report, origin=ctx.origin)
 
 
 def _group(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "by", "reduce"), optional=LATE_KEYS)
+    args = ctx.arguments(value, required=("from", "by", "reduce"), optional=WINDOWED_KEYS)
     source = ctx.input(args.get("from"))
     by = ctx.xpath(args, "by")
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
     lateness, late = _lateness(ctx, args, source)
+    report = report_argument(ctx, args, source is not None and periodic_input(source) is not None)
     if source is None or by is None or reduce is None:
         return None
-    return GroupBy(source, by, reduce, ctx.origin.stream, lateness, late, origin=ctx.origin)
+    stream = ctx.origin.stream
+    return GroupBy(source, by, reduce, stream, lateness, late, report, origin=ctx.origin)
 
 
 def _grouping(ctx: OperatorContext, value: Marked) -> Node | None:

@@ -14,7 +14,7 @@ also drives the query's watermark, in order), ``event`` the item's publication t
 when it is not its ingest time.  Items later than the lateness are counted in the
 error accumulator under ``late:STREAM`` (and published in the stream's ``late`` part
 with ``late: publish``); results computed again but unchanged under
-``unchanged:STREAM``.
+``unchanged:STREAM``, results that replaced a published one under ``revised:STREAM``.
 """
 
 from __future__ import annotations
@@ -71,26 +71,27 @@ class LateProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        from roses_app.xmlfn.reduce import reduce_groups
+        from roses_app.xmlfn.reduce import advance_windows
 
+        node = self.node
         stored = self.state.get() if self.state.exists() else None
         saved = json.loads(stored[0]) if stored is not None else None
-        windows = LateWindows.load(self.spec, self.node.lateness, saved)
-        keyed = isinstance(self.node, GroupBy)
-        planned = windows.plan(arrival_groups(read_arrivals(rows, keyed)))
-        groups = [(c.items, c.start, c.end, c.key) for c in planned.computations]
-        node = self.node
-        results = reduce_groups(node.reduce, self.namespaces, node.stream, groups, self.on_error)
-        settled = windows.settle(planned, results)
+        windows = LateWindows.load(self.spec, node.lateness, node.report, saved)
+        groups = arrival_groups(read_arrivals(rows, isinstance(node, GroupBy)))
+        planned, settled, published = advance_windows(
+            windows, groups, node.reduce, self.namespaces, node.stream, self.on_error
+        )
         self.state.update((json.dumps(windows.dump()),))
-        if self.tallies is not None and (planned.late or settled.unchanged):
+        revised = sum(1 for e, _ in published if e.revision)
+        if self.tallies is not None and (planned.late or settled.unchanged or revised):
             self.tallies.add(
                 {
                     tally_key("late", node.stream): len(planned.late),
                     tally_key("unchanged", node.stream): settled.unchanged,
+                    tally_key("revised", node.stream): revised,
                 }
             )
-        out = [(e.ts, e.seq, e.item, "") for e in settled.emissions]
+        out = [(e.ts, e.seq, item, "") for e, item in published]
         if node.late == "publish":
             out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
         if out:
@@ -133,8 +134,10 @@ def late_frame(node: Aggregate | GroupBy, ctx: LowerContext) -> DataFrame:
     assert found is not None
     below, spec = found
     frame = ctx.computed.get(below)
-    if frame is None or "event" not in frame.columns:
-        raise TypeError(f"{node.origin}: the frontier log does not carry publication times")
+    if frame is None:
+        raise TypeError(f"{node.origin}: its input is not read from the frontier log")
+    if "event" not in frame.columns:  # in ingest time: the time is the ingest time
+        frame = frame.withColumn("event", F.lit(None).cast("bigint"))
     if isinstance(node, GroupBy):
         split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
         frame = frame.withColumn("key", split(F.col("item")))

@@ -3,14 +3,39 @@ publish it (the XQuery reducer, then the window's guid and bounds)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from lxml import etree
 
+from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
 from roses_app.algebra.plan import XQuery
 from roses_app.xmlfn.batch import OnError, report
 from roses_app.xmlfn.stamp import stamp_window
 from roses_app.xmlfn.xpath import Namespaces
+
+
+def reduce_raw(
+    query: XQuery,
+    namespaces: Namespaces,
+    groups: Sequence[tuple[Sequence[str], str | None]],
+    on_error: OnError | None = None,
+) -> list[str | None]:
+    """The reducer's result (None: λ or an error) of each (items, key) group; one
+    reducer call per distinct key, since ``$key`` is bound per call."""
+    from roses_app.xmlfn.xquery import reduce_batch
+
+    by_key: dict[str | None, list[int]] = {}
+    for index, (_, key) in enumerate(groups):
+        by_key.setdefault(key, []).append(index)
+    results: list[str | None] = [None] * len(groups)
+    for key, indices in by_key.items():
+        extra = None if key is None else {"key": key}
+        items = [list(groups[i][0]) for i in indices]
+        for i, item in zip(
+            indices, reduce_batch(query, namespaces, items, on_error, extra), strict=True
+        ):
+            results[i] = item
+    return results
 
 
 def reduce_groups(
@@ -21,30 +46,48 @@ def reduce_groups(
     on_error: OnError | None = None,
 ) -> list[str | None]:
     """The stamped reducer result (None: λ or an error) of each (items, start, end, key)
-    group; one reducer call per distinct key, since ``$key`` is bound per call."""
-    from roses_app.xmlfn.xquery import reduce_batch
-
-    by_key: dict[str | None, list[int]] = {}
-    for index, (_, _, _, key) in enumerate(groups):
-        by_key.setdefault(key, []).append(index)
-    results: list[str | None] = [None] * len(groups)
-    for key, indices in by_key.items():
-        extra = None if key is None else {"key": key}
-        items = [list(groups[i][0]) for i in indices]
-        for i, item in zip(
-            indices, reduce_batch(query, namespaces, items, on_error, extra), strict=True
-        ):
-            if item is not None:
-                _, start, end, _ = groups[i]
-                results[i] = _stamped(item, stream, start, end, key, on_error)
-    return results
+    group."""
+    raw = reduce_raw(query, namespaces, [(items, key) for items, _, _, key in groups], on_error)
+    return [
+        None if item is None else stamped(item, stream, start, end, key, 0, on_error)
+        for item, (_, start, end, key) in zip(raw, groups, strict=True)
+    ]
 
 
-def _stamped(
-    item: str, stream: str, start: int, end: int, key: str | None, on_error: OnError | None
+def stamped(
+    item: str,
+    stream: str,
+    start: int,
+    end: int,
+    key: str | None,
+    revision: int,
+    on_error: OnError | None,
 ) -> str | None:
+    """``item`` with its window's stamp (None, reported, if it is not an item)."""
     try:
-        return stamp_window(item, stream, start, end, key)
+        return stamp_window(item, stream, start, end, key, revision)
     except (etree.XMLSyntaxError, ValueError) as exc:  # the reducer checks its result
         report(on_error, f"stamping a window of {stream}", item, exc)
         return None
+
+
+def advance_windows(
+    windows: LateWindows,
+    groups: Iterable[Sequence[Arrival]],
+    query: XQuery,
+    namespaces: Namespaces,
+    stream: str,
+    on_error: OnError | None = None,
+) -> tuple[Planned, Settled, list[tuple[Emission, str]]]:
+    """Arrival groups through ``windows`` (:mod:`roses_app.algebra.lateness`): the
+    reducer over the windows its policy computes (one call per key), what to publish,
+    each with its stamped item.  Both engines call this."""
+    planned = windows.plan(groups)
+    raw = reduce_raw(query, namespaces, [(c.items, c.key) for c in planned.computations], on_error)
+    settled = windows.settle(planned, raw)
+    out: list[tuple[Emission, str]] = []
+    for e in settled.emissions:
+        item = stamped(e.item, stream, e.start, e.end, e.key, e.revision, on_error)
+        if item is not None:
+            out.append((e, item))
+    return planned, settled, out

@@ -25,8 +25,11 @@ def window_guid(stream: str, start: int, end: int, key: str | None = None) -> st
     return guid if key is None else f"{guid}/{quote(key, safe='')}"
 
 
-def stamp_window(xml: str, stream: str, start: int, end: int, key: str | None = None) -> str:
-    """The reducer's item with the window's guid and bounds (``roses:window``)."""
+def stamp_window(
+    xml: str, stream: str, start: int, end: int, key: str | None = None, revision: int = 0
+) -> str:
+    """The reducer's item with the window's guid and bounds (``roses:window``), and its
+    revision number when it replaces results published before (``revision`` > 0)."""
     root = parse(xml)
     for old in [*root.findall("guid"), *root.findall(_WINDOW)]:
         root.remove(old)
@@ -37,6 +40,8 @@ def stamp_window(xml: str, stream: str, start: int, end: int, key: str | None = 
     window.set("end", iso8601(end))
     if key is not None:
         window.set("key", key)
+    if revision:
+        window.set("revision", str(revision))
     return etree.tostring(root, encoding="unicode")
 
 
