@@ -14,6 +14,7 @@ from roses_app.algebra.plan import (
     Join,
     Map,
     Node,
+    Report,
     Semijoin,
     Source,
     Split,
@@ -137,4 +138,66 @@ def time_plans() -> st.SearchStrategy[Node]:
         ),
         st.builds(Semijoin, below, join_inputs(below), st.sampled_from(PAIR_PREDICATES)),
         st.builds(Diff, below, join_inputs(below), st.sampled_from(PAIR_PREDICATES)),
+    )
+
+
+# -- out-of-order items and windows over publication time ------------------------------
+
+
+@st.composite
+def out_of_order_event_lists(draw: st.DrawFn, max_size: int = 25) -> list[RefInput]:
+    """Arrivals in order (ingest ticks from 1, several items per tick), each item with
+    a publication time up to 12 ticks before it (or none), and a few heartbeats."""
+    n = draw(st.integers(0, max_size))
+    times = sorted(draw(st.lists(st.integers(1, 30), min_size=n, max_size=n)))
+    out: list[RefInput] = []
+    for seq, ts in enumerate(times, start=1):
+        if draw(st.integers(0, 9)) == 0:
+            out.append(RefInput("", ts, seq, None))
+            continue
+        published = draw(st.none() | st.integers(max(0, ts - 12), ts))
+        out.append(RefInput(draw(st.sampled_from(SOURCES)), ts, seq, draw(items()), published))
+    return out
+
+
+def published_time(plan: Node) -> Node:
+    """``plan`` with every source read in publication time."""
+    if isinstance(plan, Source):
+        return Source(plan.name, "published")
+    return plan.map_inputs(published_time)
+
+
+def reports() -> st.SearchStrategy[Report]:
+    def report(close: bool, change: bool, every: int | None, tick: str) -> Report:
+        return Report(close or not (change or every), change, every, tick)
+
+    return st.builds(
+        report,
+        st.booleans(),
+        st.booleans(),
+        st.sampled_from([None, 2, 5]),
+        st.sampled_from(["batch", "item", "time"]),
+    )
+
+
+def late_window_plans() -> st.SearchStrategy[Node]:
+    """α or γ over a periodic window of a stateless plan in publication time, with a
+    lateness, a late policy and a report policy."""
+    below = plans(max_leaves=2).map(published_time)
+    periodic = st.builds(TimeWindow, st.integers(1, 6), st.integers(1, 6), st.integers(0, 2))
+    window = st.builds(Window, below, periodic)
+    lateness = st.integers(0, 10)
+    late = st.sampled_from(("drop", "publish"))
+    return st.one_of(
+        st.builds(Aggregate, window, st.just(REDUCER), st.just("s"), lateness, late, reports()),
+        st.builds(
+            GroupBy,
+            window,
+            st.sampled_from(SPLITTERS[:1]),
+            st.just(REDUCER),
+            st.just("s"),
+            lateness,
+            late,
+            reports(),
+        ),
     )

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import event_lists, stream_plans, time_plans
+from strategies import (
+    event_lists,
+    late_window_plans,
+    out_of_order_event_lists,
+    stream_plans,
+    time_plans,
+)
 
 from roses_app.algebra.plan import Node
 from roses_app.algebra.reference import RefInput
@@ -58,3 +64,17 @@ def test_spark_equals_reference_with_the_operators_of_time(
     timed = [RefInput(e.source, e.ts + 1, e.seq, e.item) for e in events]
     timed.append(RefInput("", 10_000, len(events) + 1, None))
     assert_engines_agree(plans, timed, tmp_path)
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plans=st.lists(late_window_plans(), min_size=3, max_size=3),
+)
+def test_spark_equals_reference_on_out_of_order_items(events, plans, spark, tmp_path: Path) -> None:
+    # windows over publication time, with lateness and report policies (seed 001, 003)
+    assert_engines_agree(plans, events, tmp_path)

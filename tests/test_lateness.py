@@ -52,9 +52,7 @@ def test_a_window_is_published_when_the_clock_passes_its_end() -> None:
     _, settled = step(windows, [[item(1, 1, "a"), item(5, 2, "b")], [item(10, 3, "c")]])
     assert settled.emissions == []  # the clock is 10: [1, 10] is not over yet
     _, settled = step(windows, [[item(11, 4, "d")]])
-    assert [(e.ts, e.seq, e.item, e.revision) for e in settled.emissions] == [
-        (10, 1, "a b c", 0)
-    ]
+    assert [(e.ts, e.seq, e.item, e.revision) for e in settled.emissions] == [(10, 1, "a b c", 0)]
 
 
 def test_only_the_windows_a_late_item_changed_are_published_again() -> None:
