@@ -186,10 +186,13 @@ def late_window_plans() -> st.SearchStrategy[Node]:
     below = plans(max_leaves=2).map(published_time)
     periodic = st.builds(TimeWindow, st.integers(1, 6), st.integers(1, 6), st.integers(0, 2))
     window = st.builds(Window, below, periodic)
+    counted = st.builds(Window, below, st.builds(CountWindow, st.integers(1, 4)))
     lateness = st.integers(0, 10)
     late = st.sampled_from(("drop", "publish"))
     return st.one_of(
-        st.builds(Aggregate, window, st.just(REDUCER), st.just("s"), lateness, late, reports()),
+        st.builds(
+            Aggregate, window | counted, st.just(REDUCER), st.just("s"), lateness, late, reports()
+        ),
         st.builds(
             GroupBy,
             window,

@@ -274,3 +274,22 @@ def test_report_policies_are_read_and_their_mistakes_reported(tmp_path: Path) ->
     assert problems[2].startswith("6: aggregate.report every must be a duration > 0")
     assert problems[3].startswith("7: aggregate.tick must be one of batch, item, time")
     assert len(problems) == 4
+
+
+def test_a_group_over_a_count_window_in_publication_time_is_refused(tmp_path: Path) -> None:
+    # a late item could take a key out of a published window: not supported
+    problems = problems_in(
+        "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\nstreams:\n"
+        "  g:\n    group:\n      from: {window: {from: wire, count: 3}}\n"
+        "      by: string(category)\n      reduce: '<item/>'\n",
+        tmp_path,
+    )
+    assert len(problems) == 1
+    assert problems[0].startswith("6: stream 'g': Window at step g/group/window reads items")
+    assert "or an aggregate over a count window" in problems[0]
+    config = parse_config(
+        "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\nstreams:\n"
+        "  a: {aggregate: {from: {window: {from: wire, count: 3}}, reduce: '<item/>'}}\n",
+        tmp_path / "feeds.yaml",
+    )
+    assert "a" in config.streams

@@ -24,7 +24,7 @@ from roses_app.algebra.lateness import (
     Settled,
     arrival_groups,
 )
-from roses_app.algebra.plan import Report, TimeWindow
+from roses_app.algebra.plan import CountWindow, Report, TimeWindow
 from roses_app.algebra.windows import refresh_bounds, refreshes_holding
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -132,9 +132,19 @@ reports = st.builds(
 
 
 @settings(max_examples=150, deadline=None)
-@given(arrivals(), specs, st.integers(0, 25), reports, st.data())
+@given(
+    arrivals(),
+    specs | st.builds(CountWindow, st.integers(1, 4)),
+    st.integers(0, 25),
+    reports,
+    st.data(),
+)
 def test_batches_with_the_state_saved_in_between_publish_what_one_pass_does(
-    groups: list[list[Arrival]], spec: TimeWindow, lateness: int, report: Report, data: Any
+    groups: list[list[Arrival]],
+    spec: TimeWindow | CountWindow,
+    lateness: int,
+    report: Report,
+    data: Any,
 ) -> None:
     _, whole = step(LateWindows(spec, lateness, report), groups)
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(groups) - 1)), max_size=4)))

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from roses_app.algebra.plan import (
     Aggregate,
+    CountWindow,
     Filter,
     GroupBy,
     Map,
@@ -48,21 +49,38 @@ def event_timed(node: Node) -> bool:
     return any(isinstance(n, Source) and n.time == "published" for n in node.walk())
 
 
-def late_windowed(node: Node) -> tuple[Node, TimeWindow] | None:
+def late_windowed(node: Node) -> tuple[Node, TimeWindow | CountWindow] | None:
     """(the stream below, the window) when ``node`` is an aggregate or a group-by over a
-    periodic time window of a stateless plan, with a source read in publication time
-    or a report policy of its own: what :mod:`roses_app.algebra.lateness` runs."""
-    if not isinstance(node, Aggregate | GroupBy):
+    periodic time window (an aggregate: or a count window) of a stateless plan, with a
+    source read in publication time or a report policy of its own: what
+    :mod:`roses_app.algebra.lateness` runs."""
+    if not isinstance(node, Aggregate | GroupBy) or not reportable(node):
         return None
     window = node.input
-    if not (isinstance(window, Window) and isinstance(window.spec, TimeWindow)):
-        return None
+    assert isinstance(window, Window)
     below = window.input
-    if window.spec.period is None or not (event_timed(below) or node.report != Report()):
+    if not (event_timed(below) or node.report != Report()):
         return None
     if any(not isinstance(n, STATELESS) for n in below.walk()):
         return None
     return below, window.spec
+
+
+def reportable(node: Aggregate | GroupBy) -> bool:
+    """Whether ``node`` reads a window whose results a report policy may publish."""
+    return reportable_input(node.input, isinstance(node, Aggregate))
+
+
+def reportable_input(window: Node, aggregate: bool) -> bool:
+    """Whether ``window`` is a periodic time window, or (an aggregate's) a count window.
+    (A group over a count window is not: a late item could take a key out of a window
+    already published.)"""
+    if not isinstance(window, Window):
+        return False
+    spec = window.spec
+    if isinstance(spec, CountWindow):
+        return aggregate
+    return isinstance(spec, TimeWindow) and spec.period is not None
 
 
 def inputs_first(plan: Node) -> Iterator[Node]:
@@ -104,7 +122,9 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             node,
             (
                 f"{type(node).__name__} at step {node.origin.step} reads items in publication "
-                "time (time: published), which may come out of order; this operator only "
-                "runs on items in arrival order for now: read its sources with time: ingest"
+                "time (time: published), which may come out of order; over publication "
+                "time, only an aggregate or group over a periodic time window, or an "
+                "aggregate over a count window, of filters, maps and unions runs for now: "
+                "read its sources with time: ingest"
             ),
         )

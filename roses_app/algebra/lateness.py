@@ -35,15 +35,23 @@ publish the same results.
 from __future__ import annotations
 
 import hashlib
+from bisect import insort
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from roses_app.algebra.plan import Report
-from roses_app.algebra.windows import Refreshed, refresh_bounds, refreshes_holding
+from roses_app.algebra.plan import CountWindow, Report
+from roses_app.algebra.windows import Refreshed, count_window, refresh_bounds, refreshes_holding
 
 PaneId = tuple[int, str | None]  # the window's inclusive end, the key (None: α)
-Entry = tuple[int, int, str]  # time, seq, item
+
+
+class Entry(NamedTuple):
+    """An item in a window: its time, seq and text (ordered so)."""
+
+    ts: int
+    seq: int
+    item: str
 
 
 @dataclass(frozen=True)
@@ -148,12 +156,15 @@ class LateWindows:
     of its last published result and how many it published (to tell a changed result
     from an unchanged one, and to number revisions)."""
 
-    spec: Refreshed
+    spec: Refreshed | CountWindow
     lateness: int
     report: Report = field(default_factory=Report)
     clock: int | None = None
     panes: dict[PaneId, Pane] = field(default_factory=dict)
     published: dict[PaneId, tuple[str, int]] = field(default_factory=dict)
+    # a count window's items, as far back as a window still to come may reach (an
+    # aggregate's only: a group's key would have to leave published windows)
+    kept: list[Entry] = field(default_factory=list)
 
     def plan(self, groups: Iterable[Sequence[Arrival]]) -> Planned:
         """Take each arrival group in order (each item alone with ``tick: item``): add
@@ -199,6 +210,8 @@ class LateWindows:
                 yield group
 
     def _add(self, group: Sequence[Arrival]) -> list[Arrival]:
+        if isinstance(self.spec, CountWindow):
+            return self._add_counted(self.spec, group)
         late: list[Arrival] = []
         for arrival in group:
             if arrival.item is None:
@@ -209,7 +222,7 @@ class LateWindows:
                 if len(holding):
                     late.append(arrival)  # else before the first window: in none
                 continue
-            entry = (arrival.time, arrival.seq, arrival.item)
+            entry = Entry(arrival.time, arrival.seq, arrival.item)
             for refresh in kept:
                 start, end = refresh_bounds(self.spec, refresh)
                 pane = self.panes.setdefault((end, arrival.key), Pane(start, end, arrival.key))
@@ -219,7 +232,29 @@ class LateWindows:
         return late
 
     def _gone(self, refresh: int, clock: int | None) -> bool:
+        assert not isinstance(self.spec, CountWindow)
         return clock is not None and refresh_bounds(self.spec, refresh)[1] + self.lateness < clock
+
+    def _add_counted(self, spec: CountWindow, group: Sequence[Arrival]) -> list[Arrival]:
+        """A count window has a window at each time seen (items' and heartbeats'): the
+        last N items then.  An item changes the later windows it enters: each window
+        is compared with its content before, and marked when it changed."""
+        clock, late = self.clock, []
+        for arrival in group:
+            if clock is not None and arrival.time + self.lateness < clock:
+                if arrival.item is not None:
+                    late.append(arrival)
+                continue
+            if arrival.item is not None:
+                entry = Entry(arrival.time, arrival.seq, arrival.item)
+                if entry not in self.kept:
+                    insort(self.kept, entry)
+            self.panes.setdefault((arrival.time, None), Pane(arrival.time, arrival.time, None))
+        for (t, _), pane in self.panes.items():
+            content = set(count_window(self.kept, t, spec.size))
+            if content != pane.entries:
+                pane.entries, pane.touched = content, True
+        return late
 
     def _period_passed(self, before: int | None) -> bool:
         """Whether the clock passed a multiple of the report period (``every``)."""
@@ -237,7 +272,7 @@ class LateWindows:
             pane = self.panes[pane_id]
             pane.closed = pane.closed or pane.end < self.clock
             wanted = report.on_change or period or (report.on_close and pane.closed)
-            if not (pane.touched and wanted):
+            if not (pane.touched and wanted and pane.entries):
                 continue
             entries = sorted(pane.entries)
             seqs = [e[1] for e in entries]
@@ -250,13 +285,16 @@ class LateWindows:
 
     def _purge(self) -> list[PaneId]:
         clock = self.clock
-        gone = [
-            p
-            for p, pane in self.panes.items()
-            if clock is not None and pane.end + self.lateness < clock
-        ]
+        if clock is None:
+            return []
+        gone = [p for p, pane in self.panes.items() if pane.end + self.lateness < clock]
         for pane_id in gone:
             del self.panes[pane_id]
+        if isinstance(self.spec, CountWindow):
+            # a window still to come (at clock − lateness or later) reaches back N items
+            reach = count_window(self.kept, clock - self.lateness, self.spec.size)
+            if reach:
+                del self.kept[: self.kept.index(reach[0])]
         return gone
 
     # -- the state as plain data (the Spark operator keeps it between micro-batches) --
@@ -269,11 +307,16 @@ class LateWindows:
                 for p in self.panes.values()
             ],
             "published": [[end, key, d, n] for (end, key), (d, n) in self.published.items()],
+            "kept": self.kept,
         }
 
     @classmethod
     def load(
-        cls, spec: Refreshed, lateness: int, report: Report, data: dict[str, Any] | None
+        cls,
+        spec: Refreshed | CountWindow,
+        lateness: int,
+        report: Report,
+        data: dict[str, Any] | None,
     ) -> LateWindows:
         state = cls(spec, lateness, report)
         if not data:
@@ -281,9 +324,10 @@ class LateWindows:
         state.clock = data["clock"]
         for start, end, key, entries, closed, touched in data["panes"]:
             state.panes[(end, key)] = Pane(
-                start, end, key, {(t, s, i) for t, s, i in entries}, closed, touched
+                start, end, key, {Entry(*e) for e in entries}, closed, touched
             )
         state.published = {(end, key): (d, n) for end, key, d, n in data["published"]}
+        state.kept = [Entry(*e) for e in data.get("kept", [])]
         return state
 
 

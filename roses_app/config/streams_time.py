@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from roses_app.algebra.eventtime import event_timed
+from roses_app.algebra.eventtime import event_timed, reportable_input
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -40,7 +40,6 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     WindowSpec,
 )
-from roses_app.algebra.windows import periodic_input
 from roses_app.config.durations import DURATION_HINT, parse_duration
 from roses_app.config.fields import Section
 from roses_app.config.operator_registry import (
@@ -232,7 +231,7 @@ def _aggregate(ctx: OperatorContext, value: Marked) -> Node | None:
     source = ctx.input(args.get("from"))
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
     lateness, late = _lateness(ctx, args, source)
-    report = report_argument(ctx, args, source is not None and periodic_input(source) is not None)
+    report = report_argument(ctx, args, source is not None and reportable_input(source, True))
     if source is None or reduce is None:
         return None
     stream = ctx.origin.stream
@@ -245,7 +244,7 @@ def _group(ctx: OperatorContext, value: Marked) -> Node | None:
     by = ctx.xpath(args, "by")
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
     lateness, late = _lateness(ctx, args, source)
-    report = report_argument(ctx, args, source is not None and periodic_input(source) is not None)
+    report = report_argument(ctx, args, source is not None and reportable_input(source, False))
     if source is None or by is None or reduce is None:
         return None
     stream = ctx.origin.stream
