@@ -16,6 +16,7 @@ from roses_app.algebra.plan import (
     Node,
     Report,
     Semijoin,
+    SessionWindow,
     Source,
     Split,
     TimeWindow,
@@ -187,15 +188,22 @@ def late_window_plans() -> st.SearchStrategy[Node]:
     periodic = st.builds(TimeWindow, st.integers(1, 6), st.integers(1, 6), st.integers(0, 2))
     window = st.builds(Window, below, periodic)
     counted = st.builds(Window, below, st.builds(CountWindow, st.integers(1, 4)))
+    sessions = st.builds(Window, below, st.builds(SessionWindow, st.integers(1, 6)))
     lateness = st.integers(0, 10)
     late = st.sampled_from(("drop", "publish"))
     return st.one_of(
         st.builds(
-            Aggregate, window | counted, st.just(REDUCER), st.just("s"), lateness, late, reports()
+            Aggregate,
+            window | counted | sessions,
+            st.just(REDUCER),
+            st.just("s"),
+            lateness,
+            late,
+            reports(),
         ),
         st.builds(
             GroupBy,
-            window,
+            window | sessions,
             st.sampled_from(SPLITTERS[:1]),
             st.just(REDUCER),
             st.just("s"),

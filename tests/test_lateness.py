@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from roses_app.algebra.lateness import (
     Settled,
     arrival_groups,
 )
-from roses_app.algebra.plan import CountWindow, Report, TimeWindow
+from roses_app.algebra.plan import CountWindow, Report, SessionWindow, TimeWindow
 from roses_app.algebra.windows import refresh_bounds, refreshes_holding
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -134,14 +135,14 @@ reports = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(
     arrivals(),
-    specs | st.builds(CountWindow, st.integers(1, 4)),
+    specs | st.builds(CountWindow, st.integers(1, 4)) | st.builds(SessionWindow, st.integers(1, 6)),
     st.integers(0, 25),
     reports,
     st.data(),
 )
 def test_batches_with_the_state_saved_in_between_publish_what_one_pass_does(
     groups: list[list[Arrival]],
-    spec: TimeWindow | CountWindow,
+    spec: TimeWindow | CountWindow | SessionWindow,
     lateness: int,
     report: Report,
     data: Any,
@@ -244,3 +245,42 @@ def test_the_counts_per_stream_are_told_from_the_items_dropped_per_step() -> Non
     assert 'roses_items_too_late_total{stream="daily"} 3.0' in text
     assert 'roses_windows_unchanged_total{stream="daily"} 4.0' in text
     assert 'roses_windows_revised_total{stream="d"} 5.0' in text
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals(), st.integers(1, 6), st.integers(0, 25))
+def test_sessions_stay_apart_by_their_gap_and_hold_their_items(
+    groups: list[list[Arrival]], gap: int, lateness: int
+) -> None:
+    windows = LateWindows(SessionWindow(gap), lateness)
+    merged_away: set[int] = set()
+    for group in groups:
+        planned, settled = step(windows, [group])
+        spans = sorted((p.start, p.end) for p in windows.panes.values())
+        for (_, end), (start, _) in pairwise(spans):
+            assert start - end >= gap  # else one item would have merged them
+        for pane in windows.panes.values():
+            assert pane.entries and all(pane.start <= e.ts <= pane.end for e in pane.entries)
+            assert {pane.start, pane.end} <= {e.ts for e in pane.entries}
+        merged_away |= {m.gone[0] for m in planned.merged}
+        for e in settled.emissions:
+            if e.merged_into is not None:  # a pointer, to a session that is still there
+                assert e.ident in merged_away and e.item == ""
+
+
+def test_seed_001_session_cases_add_extend_and_merge() -> None:
+    windows = LateWindows(SessionWindow(10), lateness=30)
+    _, settled = step(windows, [[item(1, 1, "a"), item(3, 2, "b")], [item(20, 3, "c")]])
+    assert [(e.ident, e.item, e.revision) for e in settled.emissions] == [(1, "a b", 0)]
+    _, settled = step(windows, [[item(30, 4, "d")]])  # adds a session; [20] closes
+    assert [(e.ident, e.item) for e in settled.emissions] == [(3, "c")]
+    _, settled = step(windows, [[item(5, 5, "e")]])  # extends [1, 3] to [1, 5]
+    assert [(e.ident, e.start, e.end, e.item, e.revision) for e in settled.emissions] == [
+        (1, 1, 5, "a b e", 1)
+    ]
+    planned, settled = step(windows, [[item(12, 6, "f")]])  # merges [1, 5] and [20]
+    assert [(m.gone[0], m.into[0]) for m in planned.merged] == [(3, 1)]
+    assert [(e.ident, e.item, e.revision, e.merged_into) for e in settled.emissions] == [
+        (3, "", 1, 1),  # the merged one's published result now points to the other
+        (1, "a b c e f", 2, None),
+    ]

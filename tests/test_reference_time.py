@@ -217,7 +217,7 @@ def test_mistakes_in_operators_of_time_are_reported_at_their_line(tmp_path: Path
     lines = {line for line, _ in found}
     assert {4, 5, 6, 7, 8, 9, 10} <= lines, found
     text = "\n".join(f"{p.line}: {p.message}" for p in info.value.problems)
-    assert "4: window takes either time" in text
+    assert "4: window takes one of time" in text
     assert "5: window.every only applies to time windows" in text
     assert "a join input may be a sliding time window" in text
     assert "8: join.kind must be inner, left or full, got 'outer'" in text

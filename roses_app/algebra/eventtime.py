@@ -26,6 +26,7 @@ from roses_app.algebra.plan import (
     Map,
     Node,
     Report,
+    SessionWindow,
     Source,
     Split,
     TimeWindow,
@@ -34,6 +35,7 @@ from roses_app.algebra.plan import (
 )
 
 STATELESS = (Source, Filter, Map, Union, Split)
+LateSpec = TimeWindow | CountWindow | SessionWindow  # the windows lateness.py runs
 
 
 def event_time(ingest: int, published: int | None, mode: str) -> int:
@@ -49,7 +51,7 @@ def event_timed(node: Node) -> bool:
     return any(isinstance(n, Source) and n.time == "published" for n in node.walk())
 
 
-def late_windowed(node: Node) -> tuple[Node, TimeWindow | CountWindow] | None:
+def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
     """(the stream below, the window) when ``node`` is an aggregate or a group-by over a
     periodic time window (an aggregate: or a count window) of a stateless plan, with a
     source read in publication time or a report policy of its own: what
@@ -59,7 +61,8 @@ def late_windowed(node: Node) -> tuple[Node, TimeWindow | CountWindow] | None:
     window = node.input
     assert isinstance(window, Window)
     below = window.input
-    if not (event_timed(below) or node.report != Report()):
+    sessions = isinstance(window.spec, SessionWindow)  # only this engine has them
+    if not (sessions or event_timed(below) or node.report != Report()):
         return None
     if any(not isinstance(n, STATELESS) for n in below.walk()):
         return None
@@ -80,7 +83,9 @@ def reportable_input(window: Node, aggregate: bool) -> bool:
     spec = window.spec
     if isinstance(spec, CountWindow):
         return aggregate
-    return isinstance(spec, TimeWindow) and spec.period is not None
+    if isinstance(spec, SessionWindow):
+        return True
+    return spec.period is not None
 
 
 def inputs_first(plan: Node) -> Iterator[Node]:
@@ -113,6 +118,17 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
         timed[id(node)] = (isinstance(node, Source) and node.time == "published") or any(
             timed[id(c)] for c in node.children()
         )
+        if isinstance(node, Window) and isinstance(node.spec, SessionWindow):
+            if id(node) not in windows:
+                yield (
+                    node,
+                    (
+                        f"the session window at step {node.origin.step} is read by an aggregate "
+                        "or a group only (for now): aggregate its sessions"
+                    ),
+                )
+                timed[id(node)] = False
+            continue
         if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
         if late_windowed(node) is not None:

@@ -18,6 +18,7 @@ from roses_app.algebra.plan import (
     Nest,
     Node,
     Semijoin,
+    SessionWindow,
     Source,
     Split,
     TimeWindow,
@@ -61,6 +62,8 @@ def describe_xquery(query: XQuery, width: int = 40) -> str:
 def describe_window(spec: WindowSpec) -> str:
     if isinstance(spec, CountWindow):
         return f"ω_count N={spec.size}"
+    if isinstance(spec, SessionWindow):
+        return f"ω_session gap={duration(spec.gap)}"
     return _describe_time(spec)
 
 

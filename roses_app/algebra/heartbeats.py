@@ -27,7 +27,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from roses_app.algebra.globalplan import is_stateless
-from roses_app.algebra.plan import Node, Stream, TimeWindow, Window
+from roses_app.algebra.plan import (
+    Node,
+    SessionWindow,
+    Stream,
+    TimeWindow,
+    Window,
+    WindowSpec,
+)
 
 MICROS = 1_000_000
 MIN_INTERVAL = 30 * MICROS
@@ -75,6 +82,7 @@ def heartbeat_plan(streams: Iterable[Stream]) -> HeartbeatPlan | None:
     horizon = max(_horizon(root, memo) for root in roots)
     windows = _time_windows(roots)
     grains = [w.period if w.period is not None else w.width for w in windows]
+    grains += [s.gap for s in _sessions(roots)]  # a session closes a gap after its last item
     interval = MIN_INTERVAL
     if grains:
         interval = min(MAX_INTERVAL, max(MIN_INTERVAL, min(grains) // 10))
@@ -93,20 +101,30 @@ def _horizon(node: Node, memo: dict[int, int]) -> int:
     if isinstance(node, Window) and isinstance(node.spec, TimeWindow):
         spec = node.spec
         own = spec.width + spec.delay + (spec.period or 0)
+    elif isinstance(node, Window) and isinstance(node.spec, SessionWindow):
+        own = node.spec.gap
     memo[id(node)] = below + own
     return below + own
 
 
 def _time_windows(roots: list[Node]) -> list[TimeWindow]:
+    return [s for s in _specs(roots) if isinstance(s, TimeWindow)]
+
+
+def _sessions(roots: list[Node]) -> list[SessionWindow]:
+    return [s for s in _specs(roots) if isinstance(s, SessionWindow)]
+
+
+def _specs(roots: list[Node]) -> list[WindowSpec]:
     seen: set[int] = set()
-    out: list[TimeWindow] = []
+    out: list[WindowSpec] = []
     todo = list(roots)
     while todo:
         node = todo.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, Window) and isinstance(node.spec, TimeWindow):
+        if isinstance(node, Window):
             out.append(node.spec)
         todo.extend(node.children())
     return out

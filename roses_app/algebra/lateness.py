@@ -35,47 +35,22 @@ publish the same results.
 from __future__ import annotations
 
 import hashlib
-from bisect import insort
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from roses_app.algebra.plan import CountWindow, Report
+from roses_app.algebra.panes import (
+    Arrival,
+    Entry,
+    Merge,
+    Pane,
+    PaneId,
+    add_counted,
+    add_to_sessions,
+    closes_at,
+)
+from roses_app.algebra.plan import CountWindow, Report, SessionWindow
 from roses_app.algebra.windows import Refreshed, count_window, refresh_bounds, refreshes_holding
-
-PaneId = tuple[int, str | None]  # the window's inclusive end, the key (None: α)
-
-
-class Entry(NamedTuple):
-    """An item in a window: its time, seq and text (ordered so)."""
-
-    ts: int
-    seq: int
-    item: str
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One input event at the window: an item at its time (with γ's key), or a
-    heartbeat (``item`` None) at the time it says has come."""
-
-    time: int
-    seq: int
-    item: str | None
-    key: str | None = None
-
-
-@dataclass
-class Pane:
-    """One window of one key: its items; whether the clock has passed its end; whether
-    items came since its result was last computed (or it never was)."""
-
-    start: int
-    end: int
-    key: str | None
-    entries: set[Entry] = field(default_factory=set)
-    closed: bool = False
-    touched: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,6 +65,7 @@ class Computation:
     items: tuple[str, ...]
     first_seq: int
     last_seq: int
+    ident: int | None = None  # a session's: the seq of its first item (its guid)
 
 
 @dataclass(frozen=True)
@@ -105,6 +81,8 @@ class Emission:
     end: int
     key: str | None
     revision: int
+    ident: int | None = None  # a session's (see Computation)
+    merged_into: int | None = None  # a session merged into that one: ``item`` is empty
 
 
 @dataclass
@@ -118,6 +96,9 @@ class Planned:
     computations: list[Computation]
     late: list[Arrival]  # items too late for every window they belong to
     purged: list[PaneId]  # windows gone past the lateness
+    merged: list[Merge] = field(default_factory=list)  # sessions merged into older ones
+    # the computations and merges in the order they happened (settled in that order)
+    order: list[Computation | Merge] = field(default_factory=list)
 
 
 # The output part (the feed NAME/late) of a stream's items later than the lateness.
@@ -156,7 +137,7 @@ class LateWindows:
     of its last published result and how many it published (to tell a changed result
     from an unchanged one, and to number revisions)."""
 
-    spec: Refreshed | CountWindow
+    spec: Refreshed | CountWindow | SessionWindow
     lateness: int
     report: Report = field(default_factory=Report)
     clock: int | None = None
@@ -171,36 +152,58 @@ class LateWindows:
         its items, move the clock, and list the windows the report policy computes."""
         out = Planned([], [], [])
         for group in self._ticks(groups):
-            out.late.extend(self._add(group))
+            merged = len(out.merged)
+            out.late.extend(self._add(group, out.merged))
+            out.order.extend(out.merged[merged:])
             before = self.clock
             times = [a.time for a in group]
             if times:
                 self.clock = max(times) if self.clock is None else max(self.clock, *times)
             if self.report.tick == "time" and self.clock == before:
                 continue  # evaluated when the clock moves
-            out.computations.extend(self._due(self._period_passed(before)))
+            due = self._due(self._period_passed(before))
+            out.computations.extend(due)
+            out.order.extend(due)
             out.purged.extend(self._purge())
         return out
 
     def settle(self, planned: Planned, results: Sequence[str | None]) -> Settled:
         """What to publish, given each computation's reducer result (None: λ)."""
         out = Settled([], 0)
-        for comp, result in zip(planned.computations, results, strict=True):
-            if result is None:
-                continue  # λ: nothing to publish (an earlier result stays as it was)
-            found = digest(result)
-            known, count = self.published.get(comp.pane, ("", 0))
-            if known == found:
-                out.unchanged += 1
-                continue
-            self.published[comp.pane] = (found, count + 1)
-            seq = comp.last_seq if count else comp.first_seq
-            out.emissions.append(
-                Emission(comp.end, seq, result, comp.start, comp.end, comp.key, count)
-            )
+        found = dict(zip(map(id, planned.computations), results, strict=True))
+        for step in planned.order:
+            if isinstance(step, Merge):
+                self._merged(step, out)
+            else:
+                self._settled(step, found[id(step)], out)
         for pane in planned.purged:
             self.published.pop(pane, None)
         return out
+
+    def _settled(self, comp: Computation, result: str | None, out: Settled) -> None:
+        if result is None:
+            return  # λ: nothing to publish (an earlier result stays as it was)
+        found = digest(result)
+        known, count = self.published.get(comp.pane, ("", 0))
+        if known == found:
+            out.unchanged += 1
+            return
+        self.published[comp.pane] = (found, count + 1)
+        seq = comp.last_seq if count else comp.first_seq
+        out.emissions.append(
+            Emission(comp.end, seq, result, comp.start, comp.end, comp.key, count, comp.ident)
+        )
+
+    def _merged(self, merge: Merge, out: Settled) -> None:
+        """A published session merged into another: its result points to that one."""
+        if merge.gone not in self.published:
+            return
+        _, count = self.published.pop(merge.gone)
+        ident, key = merge.gone
+        into = merge.into[0]
+        out.emissions.append(
+            Emission(merge.end, merge.seq, "", merge.start, merge.end, key, count, ident, into)
+        )
 
     def _ticks(self, groups: Iterable[Sequence[Arrival]]) -> Iterator[Sequence[Arrival]]:
         for group in groups:
@@ -209,14 +212,19 @@ class LateWindows:
             else:
                 yield group
 
-    def _add(self, group: Sequence[Arrival]) -> list[Arrival]:
-        if isinstance(self.spec, CountWindow):
-            return self._add_counted(self.spec, group)
+    def _add(self, group: Sequence[Arrival], merged: list[Merge]) -> list[Arrival]:
+        spec = self.spec
+        if isinstance(spec, CountWindow):
+            return add_counted(self.panes, self.kept, spec, self.lateness, self.clock, group)
+        if isinstance(spec, SessionWindow):
+            gone, merges = add_to_sessions(self.panes, spec, self.lateness, self.clock, group)
+            merged.extend(merges)
+            return gone
         late: list[Arrival] = []
         for arrival in group:
             if arrival.item is None:
                 continue
-            holding = refreshes_holding(self.spec, arrival.time)
+            holding = refreshes_holding(spec, arrival.time)
             kept = [r for r in holding if not self._gone(r, self.clock)]
             if not kept:
                 if len(holding):
@@ -224,7 +232,7 @@ class LateWindows:
                 continue
             entry = Entry(arrival.time, arrival.seq, arrival.item)
             for refresh in kept:
-                start, end = refresh_bounds(self.spec, refresh)
+                start, end = refresh_bounds(spec, refresh)
                 pane = self.panes.setdefault((end, arrival.key), Pane(start, end, arrival.key))
                 if entry not in pane.entries:
                     pane.entries.add(entry)
@@ -232,29 +240,8 @@ class LateWindows:
         return late
 
     def _gone(self, refresh: int, clock: int | None) -> bool:
-        assert not isinstance(self.spec, CountWindow)
+        assert not isinstance(self.spec, CountWindow | SessionWindow)
         return clock is not None and refresh_bounds(self.spec, refresh)[1] + self.lateness < clock
-
-    def _add_counted(self, spec: CountWindow, group: Sequence[Arrival]) -> list[Arrival]:
-        """A count window has a window at each time seen (items' and heartbeats'): the
-        last N items then.  An item changes the later windows it enters: each window
-        is compared with its content before, and marked when it changed."""
-        clock, late = self.clock, []
-        for arrival in group:
-            if clock is not None and arrival.time + self.lateness < clock:
-                if arrival.item is not None:
-                    late.append(arrival)
-                continue
-            if arrival.item is not None:
-                entry = Entry(arrival.time, arrival.seq, arrival.item)
-                if entry not in self.kept:
-                    insort(self.kept, entry)
-            self.panes.setdefault((arrival.time, None), Pane(arrival.time, arrival.time, None))
-        for (t, _), pane in self.panes.items():
-            content = set(count_window(self.kept, t, spec.size))
-            if content != pane.entries:
-                pane.entries, pane.touched = content, True
-        return late
 
     def _period_passed(self, before: int | None) -> bool:
         """Whether the clock passed a multiple of the report period (``every``)."""
@@ -270,15 +257,18 @@ class LateWindows:
         report = self.report
         for pane_id in sorted(self.panes, key=_pane_order):
             pane = self.panes[pane_id]
-            pane.closed = pane.closed or pane.end < self.clock
+            pane.closed = pane.closed or closes_at(self.spec, pane) <= self.clock
             wanted = report.on_change or period or (report.on_close and pane.closed)
             if not (pane.touched and wanted and pane.entries):
                 continue
             entries = sorted(pane.entries)
             seqs = [e[1] for e in entries]
             items = tuple(e[2] for e in entries)
+            ident = pane_id[0] if isinstance(self.spec, SessionWindow) else None
             out.append(
-                Computation(pane_id, pane.start, pane.end, pane.key, items, min(seqs), max(seqs))
+                Computation(
+                    pane_id, pane.start, pane.end, pane.key, items, min(seqs), max(seqs), ident
+                )
             )
             pane.touched = False
         return out
@@ -287,7 +277,10 @@ class LateWindows:
         clock = self.clock
         if clock is None:
             return []
-        gone = [p for p, pane in self.panes.items() if pane.end + self.lateness < clock]
+        spec = self.spec
+        gone = [
+            p for p, pane in self.panes.items() if closes_at(spec, pane) - 1 + self.lateness < clock
+        ]
         for pane_id in gone:
             del self.panes[pane_id]
         if isinstance(self.spec, CountWindow):
@@ -303,8 +296,8 @@ class LateWindows:
         return {
             "clock": self.clock,
             "panes": [
-                [p.start, p.end, p.key, sorted(p.entries), p.closed, p.touched]
-                for p in self.panes.values()
+                [n, key, p.start, p.end, sorted(p.entries), p.closed, p.touched]
+                for (n, key), p in self.panes.items()
             ],
             "published": [[end, key, d, n] for (end, key), (d, n) in self.published.items()],
             "kept": self.kept,
@@ -313,7 +306,7 @@ class LateWindows:
     @classmethod
     def load(
         cls,
-        spec: Refreshed | CountWindow,
+        spec: Refreshed | CountWindow | SessionWindow,
         lateness: int,
         report: Report,
         data: dict[str, Any] | None,
@@ -322,8 +315,8 @@ class LateWindows:
         if not data:
             return state
         state.clock = data["clock"]
-        for start, end, key, entries, closed, touched in data["panes"]:
-            state.panes[(end, key)] = Pane(
+        for n, key, start, end, entries, closed, touched in data["panes"]:
+            state.panes[(n, key)] = Pane(
                 start, end, key, {Entry(*e) for e in entries}, closed, touched
             )
         state.published = {(end, key): (d, n) for end, key, d, n in data["published"]}

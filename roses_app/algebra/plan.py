@@ -291,7 +291,21 @@ class CountWindow:
             raise ValueError("a count window needs N > 0")
 
 
-WindowSpec = TimeWindow | CountWindow
+@dataclass(frozen=True)
+class SessionWindow:
+    """Session windows (seed 001): items less than ``gap`` apart in time are one
+    session, from its first item's time to its last's; a session closes once time has
+    passed its last item by ``gap``.  Read by an aggregate or a group only (a group's
+    key has sessions of its own)."""
+
+    gap: int
+
+    def __post_init__(self) -> None:
+        if self.gap <= 0:
+            raise ValueError("a session window needs a gap > 0")
+
+
+WindowSpec = TimeWindow | CountWindow | SessionWindow
 
 
 @dataclass(frozen=True, eq=False)

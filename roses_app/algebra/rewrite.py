@@ -76,6 +76,7 @@ from roses_app.algebra.plan import (
     Map,
     Node,
     Semijoin,
+    SessionWindow,
     Source,
     Stream,
     TimeWindow,
@@ -144,10 +145,14 @@ def _family(window: Window) -> tuple[object, ...]:
     spec = window.spec
     if isinstance(spec, CountWindow):
         return (window.input, "count")
+    if isinstance(spec, SessionWindow):  # sessions of other gaps are not nested
+        return (window.input, "session", spec.gap)
     return (window.input, "time", spec.period, spec.start, spec.delay)
 
 
 def _size(spec: WindowSpec) -> int:
+    if isinstance(spec, SessionWindow):
+        return spec.gap
     return spec.size if isinstance(spec, CountWindow) else spec.width
 
 

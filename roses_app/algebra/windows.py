@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
 
 from roses_app.algebra.explain import describe_window
-from roses_app.algebra.plan import CountWindow, Node, TimeWindow, Window, WindowSpec
+from roses_app.algebra.plan import (
+    CountWindow,
+    Node,
+    SessionWindow,
+    TimeWindow,
+    Window,
+    WindowSpec,
+)
 
 
 class Timed(Protocol):
@@ -183,6 +190,8 @@ def window_content(events: Sequence[E], spec: WindowSpec, t: int) -> list[E]:
     """ω(events) at time ``t`` for a plan's window spec."""
     if isinstance(spec, CountWindow):
         return count_window(events, t, spec.size)
+    if isinstance(spec, SessionWindow):
+        raise TypeError("a session window has no content at a time: an aggregate reads it")
     return time_window(
         events, t, spec.width, period=spec.period, start=spec.start, delay=spec.delay
     )

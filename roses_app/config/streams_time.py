@@ -34,6 +34,7 @@ from roses_app.algebra.plan import (
     Nest,
     Node,
     Semijoin,
+    SessionWindow,
     TimeWindow,
     Unnest,
     Window,
@@ -90,9 +91,19 @@ def _start(ctx: OperatorContext, args: Section) -> int:
 
 
 def _window_spec(ctx: OperatorContext, args: Section) -> WindowSpec | None:
-    if ("time" in args) == ("count" in args):
-        ctx.problem(args.line, "window takes either time (a duration) or count (a number of items)")
+    if sum(key in args for key in ("time", "count", "gap")) != 1:
+        ctx.problem(
+            args.line,
+            "window takes one of time (a duration), count (a number of items) or gap (a "
+            "duration: session windows)",
+        )
         return None
+    if "gap" in args:
+        for key in ("every", "start", "delay"):
+            if key in args:
+                ctx.problem(args.key_line(key), f"window.{key} only applies to time windows")
+        gap = _micros(ctx, args, "gap", zero_ok=False)
+        return None if gap is None else SessionWindow(gap)
     if "count" in args:
         for key in ("every", "start", "delay"):
             if key in args:
@@ -112,7 +123,7 @@ def _window_spec(ctx: OperatorContext, args: Section) -> WindowSpec | None:
 
 def _window(ctx: OperatorContext, value: Marked) -> Node | None:
     args = ctx.arguments(
-        value, required=("from",), optional=("time", "count", "every", "start", "delay")
+        value, required=("from",), optional=("time", "count", "gap", "every", "start", "delay")
     )
     source = ctx.input(args.get("from"))
     spec = _window_spec(ctx, args) if args.ok else None

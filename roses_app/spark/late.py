@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
-from roses_app.algebra.eventtime import late_windowed
+from roses_app.algebra.eventtime import LateSpec, late_windowed
 from roses_app.algebra.lateness import (
     LATE_PART,
     Arrival,
@@ -38,7 +38,7 @@ from roses_app.algebra.lateness import (
     arrival_groups,
     tally_key,
 )
-from roses_app.algebra.plan import Aggregate, CountWindow, GroupBy, TimeWindow
+from roses_app.algebra.plan import Aggregate, GroupBy
 from roses_app.spark import udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
@@ -54,7 +54,7 @@ class LateProcessor(StatefulProcessor):
     def __init__(
         self,
         node: Aggregate | GroupBy,
-        spec: TimeWindow | CountWindow,
+        spec: LateSpec,
         namespaces: Namespaces,
         on_error: udfs.ErrorHook,
         tallies: Accumulator[dict[str, int]] | None,

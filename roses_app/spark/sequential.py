@@ -47,6 +47,7 @@ from roses_app.algebra.plan import (
     CountWindow,
     Delta,
     Node,
+    SessionWindow,
     Window,
     WindowedGrouping,
     WindowSpec,
@@ -124,6 +125,8 @@ class WindowOperator:
         if isinstance(self.spec, CountWindow):
             # later windows are the last N of content + newer events: nothing older
             return content
+        if isinstance(self.spec, SessionWindow):  # refused by the config: never here
+            raise TypeError("a session window is read by an aggregate or a group only")
         low = oldest_needed(self.spec, t)
         return events[bisect_left([e.ts for e in events], low) :]
 

@@ -10,7 +10,7 @@ from lxml import etree
 from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
 from roses_app.algebra.plan import XQuery
 from roses_app.xmlfn.batch import OnError, report
-from roses_app.xmlfn.stamp import stamp_window
+from roses_app.xmlfn.stamp import merged_session, stamp_window
 from roses_app.xmlfn.xpath import Namespaces
 
 
@@ -62,10 +62,11 @@ def stamped(
     key: str | None,
     revision: int,
     on_error: OnError | None,
+    ident: int | None = None,
 ) -> str | None:
     """``item`` with its window's stamp (None, reported, if it is not an item)."""
     try:
-        return stamp_window(item, stream, start, end, key, revision)
+        return stamp_window(item, stream, start, end, key, revision, ident)
     except (etree.XMLSyntaxError, ValueError) as exc:  # the reducer checks its result
         report(on_error, f"stamping a window of {stream}", item, exc)
         return None
@@ -87,7 +88,13 @@ def advance_windows(
     settled = windows.settle(planned, raw)
     out: list[tuple[Emission, str]] = []
     for e in settled.emissions:
-        item = stamped(e.item, stream, e.start, e.end, e.key, e.revision, on_error)
+        if e.merged_into is not None and e.ident is not None:
+            merged = merged_session(
+                stream, e.ident, e.merged_into, e.start, e.end, e.key, e.revision
+            )
+            out.append((e, merged))
+            continue
+        item = stamped(e.item, stream, e.start, e.end, e.key, e.revision, on_error, e.ident)
         if item is not None:
             out.append((e, item))
     return planned, settled, out

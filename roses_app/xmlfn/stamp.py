@@ -25,16 +25,31 @@ def window_guid(stream: str, start: int, end: int, key: str | None = None) -> st
     return guid if key is None else f"{guid}/{quote(key, safe='')}"
 
 
+def session_guid(stream: str, ident: int, key: str | None = None) -> str:
+    """A session's guid: named by its first item (its bounds change as it grows)."""
+    guid = f"roses:{quote(stream, safe='')}/session/{ident}"
+    return guid if key is None else f"{guid}/{quote(key, safe='')}"
+
+
 def stamp_window(
-    xml: str, stream: str, start: int, end: int, key: str | None = None, revision: int = 0
+    xml: str,
+    stream: str,
+    start: int,
+    end: int,
+    key: str | None = None,
+    revision: int = 0,
+    ident: int | None = None,
 ) -> str:
     """The reducer's item with the window's guid and bounds (``roses:window``), and its
-    revision number when it replaces results published before (``revision`` > 0)."""
+    revision number when it replaces results published before (``revision`` > 0); a
+    session's guid is named by ``ident`` (the seq of its first item)."""
     root = parse(xml)
     for old in [*root.findall("guid"), *root.findall(_WINDOW)]:
         root.remove(old)
     guid = etree.SubElement(root, "guid", isPermaLink="false")
-    guid.text = window_guid(stream, start, end, key)
+    guid.text = (
+        window_guid(stream, start, end, key) if ident is None else session_guid(stream, ident, key)
+    )
     window = etree.SubElement(root, _WINDOW, nsmap={"roses": ROSES_NS})
     window.set("start", iso8601(start))
     window.set("end", iso8601(end))
@@ -43,6 +58,23 @@ def stamp_window(
     if revision:
         window.set("revision", str(revision))
     return etree.tostring(root, encoding="unicode")
+
+
+def merged_session(
+    stream: str, ident: int, into: int, start: int, end: int, key: str | None, revision: int
+) -> str:
+    """What replaces a published session merged into an older one by an item that
+    bridged them: a pointer to the session it is now part of."""
+    target = session_guid(stream, into, key)
+    root = etree.Element("item")
+    etree.SubElement(root, "title").text = "Merged into an earlier session"
+    etree.SubElement(root, "description").text = f"This session is now part of {target}."
+    xml = etree.tostring(root, encoding="unicode")
+    stamped = parse(stamp_window(xml, stream, start, end, key, revision, ident))
+    window = stamped.find(_WINDOW)
+    assert window is not None  # stamp_window adds it
+    window.set("merged-into", target)
+    return etree.tostring(stamped, encoding="unicode")
 
 
 def nest_items(xmls: Sequence[str], ts: int) -> str:

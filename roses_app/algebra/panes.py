@@ -1,0 +1,139 @@
+"""The windows of :mod:`roses_app.algebra.lateness`: their items, and how an arriving
+item enters them for count windows and session windows (periodic time windows are
+there: an item's windows follow from its time alone)."""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from roses_app.algebra.plan import CountWindow, SessionWindow
+from roses_app.algebra.windows import count_window
+
+PaneId = tuple[int, str | None]  # the window's inclusive end, the key (None: α)
+
+
+class Entry(NamedTuple):
+    """An item in a window: its time, seq and text (ordered so)."""
+
+    ts: int
+    seq: int
+    item: str
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One input event at the window: an item at its time (with γ's key), or a
+    heartbeat (``item`` None) at the time it says has come."""
+
+    time: int
+    seq: int
+    item: str | None
+    key: str | None = None
+
+
+@dataclass
+class Pane:
+    """One window of one key: its items; whether the clock has passed its end; whether
+    items came since its result was last computed (or it never was)."""
+
+    start: int
+    end: int
+    key: str | None
+    entries: set[Entry] = field(default_factory=set)
+    closed: bool = False
+    touched: bool = True
+
+
+def add_counted(
+    panes: dict[PaneId, Pane],
+    kept: list[Entry],
+    spec: CountWindow,
+    lateness: int,
+    clock: int | None,
+    group: Sequence[Arrival],
+) -> list[Arrival]:
+    """A count window has a window at each time seen (items' and heartbeats'): the
+    last N items then.  An item changes the later windows it enters: each window
+    is compared with its content before, and marked when it changed."""
+    late: list[Arrival] = []
+    for arrival in group:
+        if clock is not None and arrival.time + lateness < clock:
+            if arrival.item is not None:
+                late.append(arrival)
+            continue
+        if arrival.item is not None:
+            entry = Entry(arrival.time, arrival.seq, arrival.item)
+            if entry not in kept:
+                insort(kept, entry)
+        panes.setdefault((arrival.time, None), Pane(arrival.time, arrival.time, None))
+    for (t, _), pane in panes.items():
+        content = set(count_window(kept, t, spec.size))
+        if content != pane.entries:
+            pane.entries, pane.touched = content, True
+    return late
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A session merged into an older one by an item that bridged them: ``gone``'s
+    result, if published, is replaced by a pointer to ``into``'s."""
+
+    gone: PaneId
+    into: PaneId
+    start: int
+    end: int
+    seq: int  # the item that bridged them
+
+
+def add_to_sessions(
+    panes: dict[PaneId, Pane],
+    spec: SessionWindow,
+    lateness: int,
+    clock: int | None,
+    group: Sequence[Arrival],
+) -> tuple[list[Arrival], list[Merge]]:
+    """Sessions (per key): an item less than ``gap`` from a session's span joins it
+    (extending it), from two or more merges them into the oldest (by its first item's
+    seq, which names the session: its guid stays), from none starts a new session, or
+    is late when that session would already be past the lateness.  A session is
+    keyed (first seq, key), its span is [first time, last time]."""
+    late: list[Arrival] = []
+    merges: list[Merge] = []
+    gap = spec.gap
+    for arrival in group:
+        if arrival.item is None:
+            continue
+        near = sorted(
+            pid
+            for pid, pane in panes.items()
+            if pid[1] == arrival.key and pane.start - gap < arrival.time < pane.end + gap
+        )
+        if not near:
+            if clock is not None and arrival.time + gap - 1 + lateness < clock:
+                late.append(arrival)
+                continue
+            near = [(arrival.seq, arrival.key)]
+            panes[near[0]] = Pane(arrival.time, arrival.time, arrival.key)
+        into = panes[near[0]]
+        for other in near[1:]:
+            gone = panes.pop(other)
+            merges.append(Merge(other, near[0], gone.start, gone.end, arrival.seq))
+            into.entries |= gone.entries
+            into.start, into.end = min(into.start, gone.start), max(into.end, gone.end)
+            into.touched = True
+        entry = Entry(arrival.time, arrival.seq, arrival.item)
+        if entry not in into.entries:
+            into.entries.add(entry)
+            into.start, into.end = min(into.start, entry.ts), max(into.end, entry.ts)
+            into.touched = True
+    return late, merges
+
+
+def closes_at(spec: object, pane: Pane) -> int:
+    """The clock at which a window is closed: past its end (a session: by its gap)."""
+    if isinstance(spec, SessionWindow):
+        return pane.end + spec.gap
+    return pane.end + 1
