@@ -1,8 +1,9 @@
 """Windows with an allowed lateness and report policies (seeds 001, 000 and 003).
 
-An aggregate (α) or group-by (γ) over a periodic time window ω_time,w,d,f,t0 of items
-read in publication time (``time: published``), or with a ``report:`` policy, takes
-its input in *arrival* order: the events of one spool append (one ingest time)
+An aggregate (α) or group-by (γ) over a periodic time window ω_time,w,d,f,t0 or a
+session window (α: or a count window; :mod:`roses_app.algebra.panes`) of items read
+in publication time (``time: published``), or with a ``report:`` policy, takes its
+input in *arrival* order: the events of one spool append (one ingest time)
 together, appends one after the other.  Both engines call this module, the reference
 evaluator over a whole event list at once, the Spark operator micro-batch after
 micro-batch with its state kept in between (:meth:`LateWindows.dump`), so both
@@ -10,7 +11,8 @@ publish the same results.
 
 * **Clock.**  The latest time seen: the largest time of an item that reached the
   window (its publication time, or its ingest time), or the time of a heartbeat.
-* **Closing.**  The window [low, high] closes when the clock passes ``high``.
+* **Closing.**  The window [low, high] closes when the clock passes ``high`` (a
+  session: when it is ``gap`` past its last item).
 * **Report** (SECRET's report dimension, seed 003; :class:`~roses_app.algebra.plan.Report`).
   By default a window's result (the reducer over its items) is published when it
   closes (``on-close``); ``on-change`` publishes it whenever its items change, before

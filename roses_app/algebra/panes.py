@@ -12,7 +12,8 @@ from typing import NamedTuple
 from roses_app.algebra.plan import CountWindow, SessionWindow
 from roses_app.algebra.windows import count_window
 
-PaneId = tuple[int, str | None]  # the window's inclusive end, the key (None: α)
+# a window: its inclusive end (a session: the seq of its first item), its key (None: α)
+PaneId = tuple[int, str | None]
 
 
 class Entry(NamedTuple):
