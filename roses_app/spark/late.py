@@ -1,13 +1,16 @@
-"""Spark lowering of α and γ over a periodic window of items in publication time.
+"""Spark lowering of α and γ over the windows of :mod:`roses_app.algebra.lateness`:
+periodic time, count (α) and session windows, of items in publication time or with a
+report policy.
 
 The rule is :mod:`roses_app.algebra.lateness` (the reference evaluator runs the same
 code): items are taken in arrival order, one ingest time after the other, a window is
-published when the clock passes its end, and again, in place, when a late item
-changed its result within the allowed lateness.  Spark's own operators cannot do
-that (append mode publishes a window once, after the lateness; update mode publishes
-every touched key again, changed or not), so one ``transformWithStateInPandas``
-operator runs it: all rows under one constant key, its state the windows kept, the
-clock and a digest of each published result, as JSON in one value state.
+published when its report policy says (by default when the clock passes its end), and
+again, in place, when a late item changed its result within the allowed lateness.
+Spark's own operators cannot do that (append mode publishes a window once, after the
+lateness; update mode publishes every touched key again, changed or not), so one
+``transformWithStateInPandas`` operator runs it: all rows under one constant key, its
+state the windows kept, the clock and a digest of each published result, as JSON in
+one value state.
 
 Input rows come from the frontier log: ``ts`` is the ingest time (the arrival, which
 also drives the query's watermark, in order), ``event`` the item's publication time
