@@ -38,7 +38,13 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # printed by the JVM itself for Spark's --add-modules=jdk.incubator.vector; says nothing
 # a user can act on
-DROPPED_JVM_LINES = (b"WARNING: Using incubator modules:",)
+DROPPED_JVM_LINES = (
+    b"WARNING: Using incubator modules:",
+    # pyspark's transformWithStateInPandas worker prints these (each followed by an
+    # empty line, dropped too) for every micro-batch: four per stateful operator
+    b"Starting Streaming TransformWithStateInPandas Python worker",
+    b"Streaming TransformWithStateInPandas Python worker ",
+)
 JVM_EXIT_SECONDS = 30.0  # at exit, how long the JVM may take to shut down
 _silenced = threading.Event()  # set: the JVM's stderr is drained, not relayed
 
@@ -135,10 +141,14 @@ def silence_jvm() -> None:
 
 
 def relay_stderr(fd: int) -> None:
-    """Copy the JVM's stderr to ours, line by line, dropping DROPPED_JVM_LINES."""
+    """Copy the JVM's stderr to ours, line by line, dropping DROPPED_JVM_LINES (and
+    the empty line after one)."""
+    dropped = False
     with open(fd, "rb") as lines:
         for line in lines:
-            if _silenced.is_set() or line.startswith(DROPPED_JVM_LINES):
+            blank_after = dropped and not line.strip()
+            dropped = line.startswith(DROPPED_JVM_LINES)
+            if _silenced.is_set() or dropped or blank_after:
                 continue
             # fd 2 itself, as the JVM had before: whatever stderr is now (a file, a
             # pytest capture), the lines land there
