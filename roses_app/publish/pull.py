@@ -8,10 +8,14 @@ JSON Feed by default, RSS or Atom when asked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 
 from roses_app.algebra.pull import PullQueryError, UnknownStreamError, content_at
 from roses_app.algebra.reference_registry import RefInput
@@ -20,7 +24,7 @@ from roses_app.items import MICROS, iso8601, micros_of
 from roses_app.publish.catalog import RENDERERS, render_feed
 from roses_app.publish.render import FeedInfo
 from roses_app.publish.sanitize import label
-from roses_app.spool import read_spool
+from roses_app.spool import read_spool, wall_clock_micros
 from roses_app.store_rows import StoredEntry, entry_guid
 
 # what to answer for each Accept media type (the first one found in the header wins)
@@ -101,6 +105,25 @@ class PullQueries:
         ]
         entries.sort(key=lambda e: (e.ts, e.seq), reverse=True)
         return PullAnswer(self._info(name, at, part, base, len(entries)), entries)
+
+    def endpoint(self, base: Callable[[Request], str]) -> Callable[[Request], Response]:
+        """The ``GET /streams/{name}`` handler; ``base`` gives a request's server base."""
+
+        def answer(request: Request) -> Response:
+            # a plain function: Starlette runs it in a worker thread (it reads the spool)
+            params = request.query_params
+            try:
+                at = parse_time(params["at"]) if "at" in params else wall_clock_micros()
+                fmt = negotiate(request.headers.get("accept", ""), params.get("format"))
+                name = request.path_params["name"]
+                found = self.answer(name, at, params.get("part"), base(request))
+            except PullQueryError as exc:
+                status = 404 if isinstance(exc, UnknownStreamError) else 400
+                return PlainTextResponse(f"{exc}\n", status_code=status)
+            headers = {"Cache-Control": "no-cache"}
+            return Response(found.render(fmt), media_type=RENDERERS[fmt][1], headers=headers)
+
+        return answer
 
     def _info(self, name: str, at: int, part: str | None, base: str, count: int) -> FeedInfo:
         stream = self.config.streams[name]

@@ -47,16 +47,9 @@ from roses_app.publish.cache import Document, RenderCache, etag_of
 from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, render_feed
 from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
-from roses_app.publish.pull import (
-    PullQueries,
-    PullQueryError,
-    UnknownStreamError,
-    negotiate,
-    parse_time,
-)
+from roses_app.publish.pull import PullQueries
 from roses_app.publish.render import OPML_MEDIA_TYPE, FeedInfo
 from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
-from roses_app.spool import wall_clock_micros
 from roses_app.store import Store
 
 log = logging.getLogger(HTTP_LOGGER)
@@ -265,25 +258,6 @@ class _Pages:
         return PlainTextResponse("\n".join(lines) + "\n", status_code=404)
 
 
-def _pull(config: Config, pull: PullQueries) -> Callable[[Request], Response]:
-    def answer(request: Request) -> Response:
-        # a plain function: Starlette runs it in a worker thread (it reads the spool)
-        params = request.query_params
-        try:
-            at = parse_time(params["at"]) if "at" in params else wall_clock_micros()
-            fmt = negotiate(request.headers.get("accept", ""), params.get("format"))
-            found = pull.answer(
-                request.path_params["name"], at, params.get("part"), server_base(config, request)
-            )
-        except PullQueryError as exc:
-            status = 404 if isinstance(exc, UnknownStreamError) else 400
-            return PlainTextResponse(f"{exc}\n", status_code=status)
-        body = found.render(fmt)
-        return Response(body, media_type=RENDERERS[fmt][1], headers={"Cache-Control": "no-cache"})
-
-    return answer
-
-
 def create_app(
     config: Config,
     store: Store,
@@ -312,7 +286,7 @@ def create_app(
     if metrics is not None:
         routes.append(Route("/metrics", _metrics(metrics)))
     if pull is not None:
-        routes.append(Route("/streams/{name}", _pull(config, pull)))
+        routes.append(Route("/streams/{name}", pull.endpoint(lambda r: server_base(config, r))))
     if hub is not None:
         hub.bind(pages.document)
         endpoint = hub.endpoint(lambda request: server_base(config, request))
