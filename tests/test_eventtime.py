@@ -320,3 +320,18 @@ def test_session_windows_are_read_by_an_aggregate_or_a_group(tmp_path: Path) -> 
         "6: window takes one of time (a duration), count (a number of items) or gap (a "
         "duration: session windows)",
     ]
+
+
+def test_explain_says_how_late_items_are_taken_and_when_results_are_reported() -> None:
+    from roses_app.algebra.plan import Aggregate, Report, TimeWindow, Window, XQuery
+
+    window = Window(Source("wire", "published"), TimeWindow(3_600_000_000, 3_600_000_000))
+    plain = Aggregate(window, XQuery("<item/>"), "s")
+    assert describe(plain) == "Aggregate α reduce inline XQuery '<item/>'"
+    reported = Aggregate(
+        window, XQuery("<item/>"), "s", 7_200_000_000, "publish", Report(True, True, 600_000_000)
+    )
+    assert describe(reported) == (
+        "Aggregate α reduce inline XQuery '<item/>', lateness 2h, late items: publish, "
+        "report on-close + on-change + every 10m (tick batch)"
+    )

@@ -17,6 +17,7 @@ from roses_app.algebra.plan import (
     Map,
     Nest,
     Node,
+    Report,
     Semijoin,
     SessionWindow,
     Source,
@@ -108,10 +109,20 @@ def _describe_time_operator(node: Node) -> str | None:
 
 
 def _lateness(node: Aggregate | GroupBy) -> str:
-    """Over publication time (a lateness or a late policy set): how late items are taken."""
-    if node.lateness == 0 and node.late == "drop":
-        return ""
-    return f", lateness {duration(node.lateness)}, late items: {node.late}"
+    """How late items are taken (over publication time) and when results are reported
+    (a report policy), when they are not the defaults."""
+    out = ""
+    if node.lateness or node.late != "drop":
+        out += f", lateness {duration(node.lateness)}, late items: {node.late}"
+    report = node.report
+    if report != Report():
+        moments = [
+            m for m, on in (("on-close", report.on_close), ("on-change", report.on_change)) if on
+        ]
+        if report.every:
+            moments.append(f"every {duration(report.every)}")
+        out += f", report {' + '.join(moments)} (tick {report.tick})"
+    return out
 
 
 def describe(node: Node) -> str:
