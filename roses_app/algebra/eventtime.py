@@ -53,9 +53,10 @@ def event_timed(node: Node) -> bool:
 
 def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
     """(the stream below, the window) when ``node`` is an aggregate or a group-by over a
-    periodic time window (an aggregate: or a count window) of a stateless plan, with a
-    source read in publication time or a report policy of its own: what
-    :mod:`roses_app.algebra.lateness` runs."""
+    periodic time window or a session window (an aggregate: or a count window) of a
+    stateless plan, with a source read in publication time, a report policy of its
+    own, or sessions (no other engine has them): what :mod:`roses_app.algebra.lateness`
+    runs."""
     if not isinstance(node, Aggregate | GroupBy) or not reportable(node):
         return None
     window = node.input
@@ -75,9 +76,9 @@ def reportable(node: Aggregate | GroupBy) -> bool:
 
 
 def reportable_input(window: Node, aggregate: bool) -> bool:
-    """Whether ``window`` is a periodic time window, or (an aggregate's) a count window.
-    (A group over a count window is not: a late item could take a key out of a window
-    already published.)"""
+    """Whether ``window`` is a periodic time window, a session window, or (an
+    aggregate's) a count window.  (A group over a count window is not: a late item
+    could take a key out of a window already published.)"""
     if not isinstance(window, Window):
         return False
     spec = window.spec

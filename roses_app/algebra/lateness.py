@@ -50,6 +50,7 @@ from roses_app.algebra.panes import (
     add_counted,
     add_to_sessions,
     closes_at,
+    past_lateness,
 )
 from roses_app.algebra.plan import CountWindow, Report, SessionWindow
 from roses_app.algebra.windows import Refreshed, count_window, refresh_bounds, refreshes_holding
@@ -243,7 +244,7 @@ class LateWindows:
 
     def _gone(self, refresh: int, clock: int | None) -> bool:
         assert not isinstance(self.spec, CountWindow | SessionWindow)
-        return clock is not None and refresh_bounds(self.spec, refresh)[1] + self.lateness < clock
+        return past_lateness(refresh_bounds(self.spec, refresh)[1] + 1, self.lateness, clock)
 
     def _period_passed(self, before: int | None) -> bool:
         """Whether the clock passed a multiple of the report period (``every``)."""
@@ -281,7 +282,9 @@ class LateWindows:
             return []
         spec = self.spec
         gone = [
-            p for p, pane in self.panes.items() if closes_at(spec, pane) - 1 + self.lateness < clock
+            p
+            for p, pane in self.panes.items()
+            if past_lateness(closes_at(spec, pane), self.lateness, clock)
         ]
         for pane_id in gone:
             del self.panes[pane_id]

@@ -61,7 +61,7 @@ def add_counted(
     is compared with its content before, and marked when it changed."""
     late: list[Arrival] = []
     for arrival in group:
-        if clock is not None and arrival.time + lateness < clock:
+        if past_lateness(arrival.time + 1, lateness, clock):  # its own window's
             if arrival.item is not None:
                 late.append(arrival)
             continue
@@ -113,7 +113,7 @@ def add_to_sessions(
             if pid[1] == arrival.key and pane.start - gap < arrival.time < pane.end + gap
         )
         if not near:
-            if clock is not None and arrival.time + gap - 1 + lateness < clock:
+            if past_lateness(arrival.time + gap, lateness, clock):  # a session of it alone
                 late.append(arrival)
                 continue
             near = [(arrival.seq, arrival.key)]
@@ -138,3 +138,9 @@ def closes_at(spec: object, pane: Pane) -> int:
     if isinstance(spec, SessionWindow):
         return pane.end + spec.gap
     return pane.end + 1
+
+
+def past_lateness(closes: int, lateness: int, clock: int | None) -> bool:
+    """Whether a window closed at ``closes`` is past its lateness at ``clock``: it
+    takes no item any more (an item only for it is late) and is forgotten."""
+    return clock is not None and closes - 1 + lateness < clock

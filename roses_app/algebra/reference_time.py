@@ -268,17 +268,21 @@ def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:
 
 
 def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> list[RefEvent]:
-    from roses_app.xmlfn import reduce_batch
-    from roses_app.xmlfn.stamp import stamp_window
+    """The stamped reducer result of each group, as Spark's aggregate computes it (one
+    reducer call per key, the same function)."""
+    from roses_app.xmlfn.reduce import reduce_groups
 
-    out: set[RefEvent] = set()
-    for ts, start, end, key, events in groups:
-        extra = {"key": key} if key is not None else None
-        (item,) = reduce_batch(node.reduce, ctx.ns, [[e.item or "" for e in events]], None, extra)
-        if item is not None:
-            stamped = stamp_window(item, node.stream, start, end, key)
-            out.add(RefEvent(ts, min(e.seq for e in events), stamped))
-    return ordered(out)
+    windows = [
+        ([e.item or "" for e in events], start, end, key) for _, start, end, key, events in groups
+    ]
+    items = reduce_groups(node.reduce, ctx.ns, node.stream, windows)
+    return ordered(
+        {
+            RefEvent(ts, min(e.seq for e in events), item)
+            for (ts, _, _, _, events), item in zip(groups, items, strict=True)
+            if item is not None
+        }
+    )
 
 
 @register
@@ -296,8 +300,8 @@ def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
 
 
 def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
-    """α/γ over a periodic window of items in publication time, taken in arrival
-    order (:mod:`roses_app.algebra.lateness`); the late items go to ``ctx.late``."""
+    """α/γ over the windows :mod:`roses_app.algebra.lateness` runs, items taken in
+    arrival order; the late items go to ``ctx.late``."""
     from roses_app.xmlfn import split_batch
     from roses_app.xmlfn.reduce import advance_windows
 
