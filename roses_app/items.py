@@ -110,6 +110,12 @@ def micros_of(dt: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * MICROS + delta.microseconds
 
 
+def iso_micros(text: str) -> int:
+    """An ISO-8601 time (``2024-05-01T12:00:00Z``; UTC when it has no offset) in µs
+    since the epoch; ValueError when it is not one."""
+    return micros_of(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
 def safe_filename(name: str) -> str:
     """A split value as one file name: '/' and other specials %-quoted, no leading dot."""
     from urllib.parse import quote

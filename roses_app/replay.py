@@ -17,7 +17,6 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from roses_app.algebra.plan import Split
@@ -25,7 +24,7 @@ from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.config.model import Config
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
-from roses_app.items import Event, iso8601, micros_of, parse_item, safe_filename
+from roses_app.items import Event, iso8601, iso_micros, parse_item, safe_filename
 from roses_app.store import OutRow, RowLike
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ def _parse_ts(value: object) -> tuple[int, bool]:
         return value, False
     if isinstance(value, str):
         try:
-            return micros_of(datetime.fromisoformat(value.replace("Z", "+00:00"))), True
+            return iso_micros(value), True
         except ValueError as exc:
             raise ValueError(f"ts {value!r} is not ISO-8601 (e.g. 2024-05-01T12:00:00Z)") from exc
     raise ValueError(f"ts must be an integer or an ISO-8601 string, got {type(value).__name__}")

@@ -1,5 +1,6 @@
 """The ``report:`` and ``tick:`` arguments of an aggregate or group over a periodic
-time window (:class:`~roses_app.algebra.plan.Report`; seed 003's report dimension).
+time window or a session window, or of an aggregate over a count window
+(:class:`~roses_app.algebra.plan.Report`; seed 003's report dimension).
 
     report: on-close                  # the default: when the window closes
     report: on-change                 # whenever its items change (before it closes too)
@@ -26,18 +27,19 @@ NAMED = {
 HINT = f"one of {', '.join(NAMED)}, {{every: DURATION}}, or a list of them"
 
 
-def report_argument(ctx: OperatorContext, args: Section, periodic: bool) -> Report:
-    """The operator's report policy (the default when it has none); mistakes are
-    reported with their line."""
+def report_argument(ctx: OperatorContext, args: Section, windowed: bool) -> Report:
+    """The operator's report policy (the default when it has none); ``windowed``: its
+    input is a window a policy applies to.  Mistakes are reported with their line."""
     value, tick_value = args.get("report"), args.get("tick")
     if value is None and tick_value is None:
         return Report()
-    if not periodic:
+    if not windowed:
         line = args.key_line("report" if value is not None else "tick")
         ctx.problem(
             line,
             f"{ctx.name}.report and .tick apply to an {ctx.name} over a periodic time window "
-            "(window: {from: ..., time: ..., every: ...})",
+            "(window: {from: ..., time: ..., every: ...}), a session window (gap: ...) "
+            "or, for an aggregate, a count window",
         )
         return Report()
     flags: dict[str, object] = {"on_close": False}

@@ -25,13 +25,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from email.utils import parseaddr, parsedate_to_datetime
 from urllib.parse import quote
 
 from lxml import etree
 
-from roses_app.items import FEED_NAMESPACES, iso8601, micros_of, rfc822
+from roses_app.items import FEED_NAMESPACES, iso8601, iso_micros, micros_of, rfc822
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +179,7 @@ def parse_date(text: str | None) -> int | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         pass
     try:
-        return micros_of(datetime.fromisoformat(text.replace("Z", "+00:00")))
+        return iso_micros(text)
     except ValueError:
         return None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
@@ -20,7 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 from roses_app.algebra.pull import PullQueryError, UnknownStreamError, content_at
 from roses_app.algebra.reference_registry import RefInput
 from roses_app.config.model import Config
-from roses_app.items import MICROS, iso8601, micros_of
+from roses_app.items import MICROS, iso8601, iso_micros
 from roses_app.publish.catalog import RENDERERS, render_feed
 from roses_app.publish.render import FeedInfo
 from roses_app.publish.sanitize import label
@@ -39,12 +38,11 @@ ACCEPTED = {
 def parse_time(text: str) -> int:
     """An ISO-8601 time (``2026-11-22T12:00:00Z``) as µs since the epoch."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return iso_micros(text)
     except ValueError as exc:
         raise PullQueryError(
             f"at={text!r} is not an ISO-8601 time (e.g. 2026-11-22T12:00:00Z)"
         ) from exc
-    return micros_of(when if when.tzinfo else when.replace(tzinfo=UTC))
 
 
 def negotiate(accept: str, asked: str | None) -> str:
@@ -96,9 +94,7 @@ class PullQueries:
         if part is not None and part not in content:
             content = {part: []}
         entries = [
-            StoredEntry(
-                name, p, entry_guid(e.item or ""), e.ts, e.seq, e.item or "", *[e.ts / MICROS] * 2
-            )
+            _entry(name, p, e.ts, e.seq, e.item or "")
             for p in sorted(content)
             if part is None or p == part
             for e in content[p]
