@@ -165,7 +165,7 @@ class Daemon:
 
         http = self.config.settings.http
         self.hub = Hub(self.config, self.store, self.config.settings.data_dir / "websub.sqlite")
-        pull = PullQueries(self.config, self.config.settings.data_dir / "spool")
+        pull = PullQueries(self.config, self.spool.root)
         app = create_app(
             self.config,
             self.store,

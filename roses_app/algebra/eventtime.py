@@ -70,6 +70,12 @@ def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
     return below, window.spec
 
 
+def publishes_late(node: Node) -> bool:
+    """Whether ``node`` sends its items later than the lateness to its stream's
+    ``late`` part (``late: publish``)."""
+    return isinstance(node, Aggregate | GroupBy) and node.late == "publish"
+
+
 def reportable(node: Aggregate | GroupBy) -> bool:
     """Whether ``node`` reads a window whose results a report policy may publish."""
     return reportable_input(node.input, isinstance(node, Aggregate))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from roses_app.algebra import reference_stateless, reference_time
+from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.lateness import LATE_PART
 from roses_app.algebra.plan import NODE_TYPES, Node, Split, Stream
 from roses_app.algebra.reference_registry import (
@@ -99,7 +100,7 @@ def evaluate_streams(
         else:
             out[stream.name] = {"": items_only(run(stream.plan, ctx))}
             late = ctx.late.get(stream.plan)
-            if late and getattr(stream.plan, "late", "drop") == "publish":
+            if late and publishes_late(stream.plan):
                 out[stream.name][LATE_PART] = late
     return out
 

@@ -277,7 +277,7 @@ def check_stateful_copies(
 def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
     """Report the operators of time that read items in publication time and that the
     engines cannot run on out-of-order input (each node once)."""
-    from roses_app.algebra.eventtime import unsupported_on_event_time
+    from roses_app.algebra.eventtime import publishes_late, unsupported_on_event_time
 
     seen: set[Node] = set()
     for stream in streams:
@@ -287,8 +287,11 @@ def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
             seen.add(node)
             problems.add(node.origin.line, f"stream {stream.name!r}: {reason}")
         for node in stream.plan.walk():
-            late = getattr(node, "late", "drop") == "publish"
-            if late and node is not stream.plan and node.origin.stream == stream.name:
+            if (
+                publishes_late(node)
+                and node is not stream.plan
+                and node.origin.stream == stream.name
+            ):
                 problems.add(
                     node.origin.line,
                     f"stream {stream.name!r}: late: publish sends late items to the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import quote, unquote
 
+from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.lateness import LATE_PART
 from roses_app.algebra.plan import Split
 from roses_app.config.model import Config, StreamConfig
@@ -112,7 +113,7 @@ class Catalog:
     def _late_part(self, stream: StreamConfig) -> bool:
         """Whether the stream publishes its late items (a window over publication time
         with ``late: publish``) and has some: the feed ``NAME/late``."""
-        if getattr(stream.plan, "late", "drop") != "publish":
+        if not publishes_late(stream.plan):
             return False
         return LATE_PART in self.store.parts(stream.name)
 
