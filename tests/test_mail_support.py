@@ -166,10 +166,19 @@ class Dovecot:
         if process is None:
             return
         # The master does not end the imap processes of open connections: end the
-        # whole process group this server started (and nothing else).
+        # whole process group this server started (and nothing else).  SIGTERM first, so
+        # an imap process lets go of its mailbox locks: a SIGKILLed one can leave a
+        # dotlock that makes the next server's SELECT wait minutes (seen under load, where
+        # the dead process is not yet reaped and so still looks alive).
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        finally:
+            time.sleep(0.2)  # the imap children end on the same signal
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
         if process.stderr is not None:
             process.stderr.close()
 
