@@ -143,6 +143,23 @@ def test_explain_shows_the_rewritten_plan_and_shared_subplans(
     assert "Filter σ where \"(category = 'world') and (not(category = 'sport'))\"" in fused
 
 
+def test_explain_says_how_often_spark_runs_a_shared_stateful_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "feeds.yaml"
+    config.write_text(
+        "sources:\n  src: {feed: 'file:feed.xml'}\nstreams:\n"
+        "  changes: {delta: {from: src}}\n"
+        "  pairs: {semijoin: {left: changes, right: changes, on: 'true()'}}\n"
+        "  titles: {map: {from: changes, xpath: title}}\n"
+    )
+    assert main(["explain", "--logical-only", "-c", str(config), "titles", "pairs"]) == 0
+    out = capsys.readouterr().out
+    # read by the map (a stateless tail) and the stream itself: one copy for both; the
+    # semijoin reads it at both sides, and Spark gives each side its own copy
+    assert "(shared by changes, pairs, titles: the reference computes it once, Spark 3×)" in out
+
+
 def test_replay_cli_writes_the_reference_outputs(tmp_path: Path) -> None:
     fixture = DATA / "replay" / "spine"
     args = ["replay", "-c", str(fixture / "feeds.yaml"), "--events", str(fixture / "events.jsonl")]

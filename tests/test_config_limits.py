@@ -147,12 +147,12 @@ _WALKS = textwrap.dedent(
     """
     import json, pickle
     from roses_app.algebra.globalplan import (
-        GlobalPlan, frontier_of, is_stateless, node_fingerprint, stateful_copies,
-        stream_fingerprint)
+        GlobalPlan, frontier_of, is_stateless, node_fingerprint, stream_fingerprint)
     from roses_app.algebra.plan import Delta, Filter, Join, Source, Stream, Union
     from roses_app.algebra.program import build_program
     from roses_app.algebra.reference import RefInput, evaluate_streams
     from roses_app.algebra.rewrite import rewrite_streams
+    from roses_app.algebra.tails import operator_count, spark_copies
 
     def doubling(levels, base, op):
         plans = [base]
@@ -181,7 +181,8 @@ _WALKS = textwrap.dedent(
         "rewritten": {s.plan == a[0].plan for s in rewritten} == {True},
         "nodes": len(plan.nodes),
         "frontier": [str(n) for n in frontier_of(joins[-1].plan)] == [str(Source("src"))],
-        "copies": stateful_copies(joins[-1].plan),
+        "copies": list(operator_count(joins[-1:]))[0][1],
+        "delta": spark_copies(joins[-1:])[joins[0].plan],
         "steps": len(build_program([(s.plan, s.name) for s in a]).steps),
         "evaluated": [e.ts for e in out["b60"][""]],
     }))
@@ -210,6 +211,7 @@ def test_every_walk_of_a_shared_plan_visits_each_node_once() -> None:
         "nodes": 62 + 61,  # the unions, filter, source; the joins and the delta
         "frontier": True,
         "copies": 2**61 - 1,  # what Spark would run (the config check refuses it)
+        "delta": 2**60,  # the delta at the bottom, once per path
         "steps": 62,
         "evaluated": [1, 2],
     }

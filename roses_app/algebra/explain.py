@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from roses_app.algebra.globalplan import GlobalPlan
+from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -22,6 +22,7 @@ from roses_app.algebra.plan import (
     SessionWindow,
     Source,
     Split,
+    Stream,
     TimeWindow,
     Union,
     Unnest,
@@ -30,6 +31,7 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
+from roses_app.algebra.tails import spark_copies
 
 # Largest unit first: a duration is written in the largest unit that divides it.
 _UNITS = (
@@ -160,10 +162,12 @@ class Sharing:
     compute each of them once)."""
 
     streams: Mapping[Node, frozenset[str]]
+    copies: Mapping[Node, int] = field(default_factory=dict)  # Spark's, when not 1
 
     @classmethod
     def of(cls, plans: Mapping[str, Node]) -> Sharing:
-        return cls(shared_subplans(plans))
+        copies = spark_copies(Stream(name, plan) for name, plan in plans.items())
+        return cls(shared_subplans(plans), copies)
 
     def note(self, node: Node, above: frozenset[str]) -> str:
         streams = self.streams.get(node, frozenset())
@@ -171,7 +175,9 @@ class Sharing:
         # streams share it.
         if not streams > above:
             return ""
-        return f"  (shared by {', '.join(sorted(streams))}: computed once)"
+        runs = self.copies.get(node, 1)
+        once = "computed once" if runs == 1 else f"the reference computes it once, Spark {runs}×"
+        return f"  (shared by {', '.join(sorted(streams))}: {once})"
 
 
 def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
@@ -179,6 +185,7 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
     the streams that share it and the Spark queries that compute it (``queries``:
     stream -> query id; stateless nodes all run in the fused stage)."""
     frontier = set(plan.frontier())
+    copies = spark_copies(plan.streams)
     lines = [
         f"{len(plan.nodes)} nodes for {len(plan.streams)} streams; "
         f"{len(plan.stateless_streams())} stateless, {len(plan.stateful_streams())} stateful, "
@@ -191,6 +198,11 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
             runs = "stateless (fused stage)" + ("; frontier" if dag.node in frontier else "")
         else:
             runs = ", ".join(sorted({queries.get(s, "?") for s in dag.streams}))
+            times = copies.get(dag.node, 1)
+            if isinstance(dag.node, STATELESS_TYPES):
+                runs += " (fused tail)"
+            else:
+                runs += "; computed once" if times == 1 else f"; Spark runs it {times}×"
         users = ", ".join(sorted(dag.streams))
         lines.append(f"{dag.id} {describe(dag.node)}{where}{inputs}")
         lines.append(f"    streams: {users}; query: {runs}")

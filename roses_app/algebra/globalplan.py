@@ -58,11 +58,12 @@ def stream_fingerprint(stream: Stream, namespaces: Namespaces) -> str:
     return fingerprint(("plan", plan.digest.hex(), sorted(namespaces)))
 
 
-def _stateless(node: Node, memo: dict[Node, bool]) -> bool:
+def is_stateless_in(node: Node, memo: dict[Node, bool]) -> bool:
+    """:func:`is_stateless` with the caller's memo (for walks over many nodes)."""
     found = memo.get(node)
     if found is None:
         found = isinstance(node, STATELESS_TYPES) and all(
-            _stateless(child, memo) for child in node.children()
+            is_stateless_in(child, memo) for child in node.children()
         )
         memo[node] = found
     return found
@@ -70,27 +71,7 @@ def _stateless(node: Node, memo: dict[Node, bool]) -> bool:
 
 def is_stateless(node: Node) -> bool:
     """True when ``node`` and everything below it is stateless."""
-    return _stateless(node, {})
-
-
-def stateful_copies(plan: Node, memo: dict[Node, int] | None = None) -> int:
-    """The operators a stateful query runs for ``plan``: every node above its frontier
-    once per path to it, since Spark shares no sub-plan between the branches of one
-    query (the frontier is computed once, by the fused stage).  0 for a stateless plan.
-    ``memo`` may be shared between the plans of one config."""
-    memo = {} if memo is None else memo
-    stateless: dict[Node, bool] = {}
-
-    def copies(node: Node) -> int:
-        found = memo.get(node)
-        if found is None:
-            found = 0
-            if not _stateless(node, stateless):
-                found = 1 + sum(copies(child) for child in node.children())
-            memo[node] = found
-        return found
-
-    return copies(plan)
+    return is_stateless_in(node, {})
 
 
 @dataclass(frozen=True)
@@ -177,7 +158,7 @@ def frontier_of(plan: Node) -> Iterator[Node]:
     """The maximal stateless sub-plans below the stateful nodes of ``plan``, each once
     (none when ``plan`` is stateless itself: the fused stage computes all of it)."""
     stateless: dict[Node, bool] = {}
-    if _stateless(plan, stateless):
+    if is_stateless_in(plan, stateless):
         return
     seen: set[Node] = set()
 
@@ -186,7 +167,7 @@ def frontier_of(plan: Node) -> Iterator[Node]:
             if child in seen:
                 continue
             seen.add(child)
-            if _stateless(child, stateless):
+            if is_stateless_in(child, stateless):
                 yield child
             else:
                 yield from below(child)

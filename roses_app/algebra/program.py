@@ -8,7 +8,7 @@ Spark workers and in tests), parsing each item once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -76,20 +76,30 @@ def _step(node: Node, inputs: tuple[int, ...]) -> Step:
 
 
 def build_program(
-    outputs: Sequence[tuple[Node, str]], namespaces: Namespaces = (), *, heartbeats: bool = False
+    outputs: Sequence[tuple[Node, str]],
+    namespaces: Namespaces = (),
+    *,
+    heartbeats: bool = False,
+    leaves: Mapping[Node, str] | None = None,
 ) -> Program:
     """The program computing every node of ``outputs`` (each emitted under its key);
-    equal sub-plans become one step."""
+    equal sub-plans become one step.  A node of ``leaves`` is not computed: it is a
+    source step named by its key (the rows of another operator, tagged with it)."""
     index: dict[Node, int] = {}
     steps: list[Step] = []
+    leaves = leaves or {}
 
     def visit(node: Node) -> int:
         found = index.get(node)
         if found is not None:
             return found
-        inputs = tuple(visit(child) for child in node.children())
+        key = leaves.get(node)
+        if key is not None:
+            step = Step("source", arg=key, stream=node.origin.stream, label=key)
+        else:
+            step = _step(node, tuple(visit(child) for child in node.children()))
         index[node] = len(steps)
-        steps.append(_step(node, inputs))
+        steps.append(step)
         return index[node]
 
     emitted = tuple((visit(node), key) for node, key in outputs)

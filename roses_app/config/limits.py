@@ -24,7 +24,8 @@ MAX_PLAN_NODES = 100_000
 # the streams it uses by name.
 MAX_PLAN_DEPTH = 100
 # Operators of time (and what reads them) that Spark runs for all stateful streams:
-# Spark shares no sub-plan between the branches of a query, so a stateful sub-plan
-# read at k places runs k times, and each copy costs Spark seconds of planning.
+# Spark shares no sub-plan between the branches of a query: a stateful sub-plan read
+# by k stateful operators runs k times (the stateless reads share one copy, see
+# roses_app.algebra.tails), and each copy costs Spark seconds of planning.
 # Counted on the rewritten plans (``union: [x, x]`` is x).
 MAX_STATEFUL_COPIES = 500

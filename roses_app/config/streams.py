@@ -248,13 +248,10 @@ def check_stateful_copies(
     would run more than MAX_STATEFUL_COPIES operators for.  The written plans are
     counted first; only when they go beyond are they rewritten (a union of one
     stateful stream with itself is that stream) and counted again."""
-    from roses_app.algebra.globalplan import stateful_copies
+    from roses_app.algebra.tails import operator_count
 
     def beyond(plans: Sequence[Stream]) -> Stream | None:
-        memo: dict[Node, int] = {}
-        total = 0
-        for stream in plans:
-            total += stateful_copies(stream.plan, memo)
+        for stream, total in operator_count(plans):
             if total > MAX_STATEFUL_COPIES:
                 return stream
         return None
@@ -269,8 +266,9 @@ def check_stateful_copies(
             found.origin.line,
             f"with stream {found.name!r}, the stateful streams need Spark to run more than "
             f"{MAX_STATEFUL_COPIES} operators (the limit of feeds.yaml): Spark runs a window, "
-            "join, delta... once for every place that reads it, so a stateful stream used "
-            "twice by each of several levels doubles per level; read it at fewer places",
+            "join, delta... once for every stateful operator that reads it, so a stateful "
+            "stream read twice by each of several levels doubles per level; read it at "
+            "fewer places",
         )
 
 

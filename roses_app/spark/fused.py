@@ -12,7 +12,7 @@ as for any ``mapInArrow``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark import Accumulator
@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 
 from roses_app.algebra.program import Program, Step
 from roses_app.spark import udfs
+from roses_app.spark.registry import OUTPUT_COLUMNS
 
 INPUT_COLUMNS = ("source", "ts", "seq", "item", "published")
 FUSED_DDL = (
@@ -48,6 +49,30 @@ def to_batch(rows: Sequence[Sequence[object]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=FUSED_SCHEMA)
 
 
+TAIL_INPUT = ("source", "ts", "seq", "item")
+TAIL_SCHEMA = pa.schema(
+    [
+        ("stream", pa.string()),
+        ("part", pa.string()),
+        ("ts", pa.int64()),
+        ("seq", pa.int64()),
+        ("item", pa.string()),
+    ]
+)
+TAIL_DDL = "stream STRING, part STRING, ts BIGINT, seq BIGINT, item STRING"
+
+
+def error_hooks(
+    errors: Accumulator[dict[str, int]] | None,
+) -> Callable[[Step], udfs.ErrorHook]:
+    """Per step of a program, the hook counting (and logging) the items it drops."""
+
+    def hook_for(step: Step) -> udfs.ErrorHook:
+        return udfs.error_hook(udfs.Step(step.stream, step.label), errors)
+
+    return hook_for
+
+
 def fused_frame(
     events: DataFrame,
     program: Program,
@@ -58,9 +83,7 @@ def fused_frame(
     """``events`` (spool rows: source, ts, seq, item) through ``program``."""
 
     timed = any(step.kind == "source" and step.time == "published" for step in program.steps)
-
-    def hook_for(step: Step) -> udfs.ErrorHook:
-        return udfs.error_hook(udfs.Step(step.stream, step.label), errors)
+    hook_for = error_hooks(errors)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from roses_app.xmlfn.fused import run_program
@@ -82,3 +105,37 @@ def fused_frame(
             yield to_batch(rows)
 
     return events.select(*INPUT_COLUMNS).mapInArrow(run, FUSED_DDL)
+
+
+def tail_frame(
+    heads: DataFrame,
+    program: Program,
+    streams_of: Mapping[str, Sequence[str]],
+    errors: Accumulator[dict[str, int]] | None = None,
+) -> DataFrame:
+    """The output rows (``stream, part, ts, seq, item``) of the stateless tails of a
+    stateful query (:mod:`roses_app.algebra.tails`): ``heads`` holds the rows of
+    every head once, ``source`` its key, and ``program`` runs every tail on them."""
+    names = [tuple(streams_of.get(key, ())) for _, key in program.outputs]
+    hook_for = error_hooks(errors)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from roses_app.xmlfn.fused import run_program
+
+        for batch in batches:
+            sources, ts, seq, items = (batch.column(name).to_pylist() for name in TAIL_INPUT)
+            rows = run_program(program, sources, ts, seq, items, hook_for=hook_for)
+            out = [
+                (stream, part, when, at, item)
+                for outputs, part, when, at, item, _, _ in rows
+                if item is not None
+                for index in outputs
+                for stream in names[index]
+            ]
+            columns: list[Sequence[object]] = [[] for _ in TAIL_SCHEMA]
+            if out:
+                columns = list(zip(*out, strict=True))
+            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, TAIL_SCHEMA, strict=True)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=TAIL_SCHEMA)
+
+    return heads.select(*TAIL_INPUT).mapInArrow(run, TAIL_DDL).select(*OUTPUT_COLUMNS)

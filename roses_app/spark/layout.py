@@ -38,6 +38,10 @@ Namespaces = tuple[tuple[str, str], ...]
 STATELESS_QUERY = "stateless"
 GENERATION_PREFIX = "gen-"
 PLANS_FILE = "plans.pickle"
+# How a generation's plans become Spark operators.  A checkpoint holds the state of
+# the operators it was started with, so a generation saved under another version is
+# started again (2: each head once, the stateless tails fused).
+LOWERING = 2
 
 
 class Ledger(Protocol):
@@ -102,8 +106,11 @@ def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int] | None:
     except (OSError, pickle.UnpicklingError, AttributeError, ImportError, EOFError) as exc:
         log.warning("cannot read the plans of %s (%s): it starts again", folder.name, exc)
         return None
-    ok = isinstance(saved, tuple) and len(saved) == 2 and isinstance(saved[1], int)
+    ok = isinstance(saved, tuple) and len(saved) == 3 and isinstance(saved[1], int)
     if not ok or not all(isinstance(s, Stream) for s in saved[0]):
+        return None
+    if saved[2] != LOWERING:
+        log.info("%s was started by an earlier version of ROSES: it starts again", folder.name)
         return None
     return tuple(saved[0]), saved[1]
 
@@ -113,7 +120,7 @@ def save_generation(folder: Path, generation: Generation) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (PLANS_FILE + ".tmp")
     with open(tmp, "wb") as fh:
-        pickle.dump((tuple(generation.streams), generation.boundary), fh)
+        pickle.dump((tuple(generation.streams), generation.boundary, LOWERING), fh)
     tmp.replace(folder / PLANS_FILE)
 
 

@@ -7,8 +7,10 @@
   Parquet file per micro-batch into the *frontier log*.
 * Each **stateful generation** (:mod:`roses_app.spark.layout`) reads the frontier log
   once (one file stream, plus its own backfill) and runs all its stateful streams in
-  one query: their branches are lowered node by node (one handler per node type) and
-  unioned into one output, written to the store once per micro-batch.
+  one query (:mod:`roses_app.spark.generation`): each stateful node the streams'
+  stateless parts read is lowered once (one handler per node type), their stateless
+  tails run in one fused pass, and the output is written to the store once per
+  micro-batch.
 
 Exactly once: the store records each (query, batch id) it applied, in the same
 transaction as the rows; a frontier file is named by its batch id and written
@@ -30,7 +32,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from roses_app.algebra.eventtime import event_timed
 from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
@@ -38,6 +39,7 @@ from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.frontier import FrontierLog, FrontierRow
 from roses_app.spark.fused import fused_frame
+from roses_app.spark.generation import stateful_frame
 from roses_app.spark.layout import (
     STATELESS_QUERY,
     Generation,
@@ -47,10 +49,13 @@ from roses_app.spark.layout import (
     remove_query,
     save_generation,
 )
-from roses_app.spark.lower import OUTPUT_COLUMNS, LowerContext, compile_stream, with_watermark
+from roses_app.spark.lower import (
+    OUTPUT_COLUMNS,
+    LowerContext,
+    with_watermark,
+)
 from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
-from roses_app.spark.registry import EVENT_COLUMNS, above_watermark
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL, archive_of, last_archived_seq
 
@@ -377,30 +382,9 @@ def start_generation(engine: Engine, generation: Generation) -> RunningQuery:
 def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
     """All the stateful streams of a generation as one frame of output rows, over the
     frontier log (live rows after its boundary, its backfill before)."""
-    plan = GlobalPlan.of(generation.streams)
     events = with_watermark(engine.frontier.stream(engine.spark, generation.id), engine.lateness)
-    if generation.boundary > 0:
-        mine = (F.col("origin") == F.lit("b")) | (F.col("seq") > F.lit(generation.boundary))
-        events = events.where(above_watermark(mine))
-    computed = {
-        node: events.where(
-            above_watermark((F.col("key") == F.lit(plan.id_of(node))) | F.col("key").isNull())
-        ).select(*frontier_columns(node))
-        for node in plan.frontier()
-    }
-    ctx = LowerContext(events, engine.namespaces, engine.errors, engine.lateness, computed)
-    frames = [compile_stream(stream, ctx) for stream in generation.streams]
-    frame = frames[0]
-    for other in frames[1:]:
-        frame = frame.unionByName(other)
-    return frame
-
-
-def frontier_columns(node: Node) -> tuple[str, ...]:
-    """A frontier node's columns: an event's, and its publication time when a source
-    below reads in publication time (only the operators of
-    :mod:`roses_app.spark.late` read those: ``ts`` stays the ingest time)."""
-    return (*EVENT_COLUMNS, "event") if event_timed(node) else EVENT_COLUMNS
+    context = LowerContext(events, engine.namespaces, engine.errors, engine.lateness)
+    return stateful_frame(context, generation.streams, generation.boundary, generation.id)
 
 
 def query_frames(

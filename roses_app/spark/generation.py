@@ -1,0 +1,71 @@
+"""The frame of a stateful generation: its streams' output rows over the frontier log.
+
+Each frontier node is read from the log (its rows under its key); every other node is
+lowered once (:mod:`roses_app.spark.lower`).  The heads of the streams' stateless
+tails are computed once each and the tails run in one fused pass over them
+(:mod:`roses_app.algebra.tails`); the streams left out of that are lowered on their
+own.  All of it is one frame, so one query.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from roses_app.algebra.eventtime import event_timed
+from roses_app.algebra.globalplan import GlobalPlan
+from roses_app.algebra.plan import Node, Stream
+from roses_app.algebra.tails import plan_tails
+from roses_app.spark.fused import TAIL_INPUT, tail_frame
+from roses_app.spark.lower import LowerContext, compile_stream, heartbeat, lower
+from roses_app.spark.registry import EVENT_COLUMNS, above_watermark
+
+log = logging.getLogger(__name__)
+
+
+def stateful_frame(
+    context: LowerContext, streams: Sequence[Stream], boundary: int = 0, name: str = ""
+) -> DataFrame:
+    """The output rows of ``streams`` over ``context.events`` (the frontier log with its
+    watermark): its backfill rows, and its live rows after ``boundary``."""
+    plan = GlobalPlan.of(streams)
+    events = context.events
+    if boundary > 0:
+        mine = (F.col("origin") == F.lit("b")) | (F.col("seq") > F.lit(boundary))
+        events = events.where(above_watermark(mine))
+    computed = {
+        node: events.where(
+            above_watermark((F.col("key") == F.lit(plan.id_of(node))) | F.col("key").isNull())
+        ).select(*frontier_columns(node))
+        for node in plan.frontier()
+    }
+    ctx = LowerContext(events, context.namespaces, context.errors, context.lateness, computed)
+    tails = plan_tails(streams, plan.id_of, ctx.namespaces)
+    frames = [compile_stream(stream, ctx) for stream in tails.direct]
+    if tails.program is not None:
+        # every head once, then every stream's stateless tail in one pass over them
+        heads = [
+            lower(head, ctx).where(~heartbeat()).select(F.lit(key).alias("source"), *TAIL_INPUT[1:])
+            for head, key in tails.heads
+        ]
+        frames.append(tail_frame(union_all(heads), tails.program, tails.streams_of, ctx.errors))
+    log.debug("query %s: %s", name, tails.describe())
+    return union_all(frames)
+
+
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of all ``frames`` (equal columns), one frame."""
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame
+
+
+def frontier_columns(node: Node) -> tuple[str, ...]:
+    """A frontier node's columns: an event's, and its publication time when a source
+    below reads in publication time (only the operators of
+    :mod:`roses_app.spark.late` read those: ``ts`` stays the ingest time)."""
+    return (*EVENT_COLUMNS, "event") if event_timed(node) else EVENT_COLUMNS

@@ -1,0 +1,112 @@
+"""A stateful node read by several streams is computed once: its readers' stateless
+tails run in one fused pass over its rows (:mod:`roses_app.algebra.tails`)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_globalplan import _run, write_spool
+
+from roses_app.algebra.globalplan import GlobalPlan
+from roses_app.algebra.plan import (
+    Aggregate,
+    Filter,
+    Join,
+    Map,
+    Source,
+    Split,
+    Stream,
+    TimeWindow,
+    Union,
+    Window,
+    XQuery,
+)
+from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.tails import operator_count, plan_tails
+from roses_app.replay import MemorySink
+
+DIGEST = XQuery(
+    "<item><title>{ count($items) } items</title>"
+    "<category>{ if (count($items) > 2) then 'busy' else 'calm' }</category></item>"
+)
+HOURLY = Aggregate(Window(Source("a"), TimeWindow(10, 10)), DIGEST, "hourly")
+OTHER = Aggregate(Window(Source("b"), TimeWindow(5, 5)), DIGEST, "other")
+STREAMS = [
+    Stream("hourly", HOURLY),
+    Stream("busy", Filter(HOURLY, "category = 'busy'")),
+    Stream("titles", Map(HOURLY, xpath="title")),
+    Stream("by_load", Split(HOURLY, "string(category)")),
+    Stream("both", Union((HOURLY, Source("b")))),
+    Stream("other", OTHER),
+]
+
+
+key_of = GlobalPlan.of(STREAMS).id_of
+
+
+def test_every_reader_of_a_stateful_node_goes_through_one_tail() -> None:
+    tails = plan_tails(STREAMS, key_of)
+    # the aggregate is a head once; the source a union reads is one too
+    assert dict(tails.heads) == {HOURLY: key_of(HOURLY), Source("b"): key_of(Source("b"))}
+    # a stream whose root is a head nobody else reads is lowered on its own
+    assert [s.name for s in tails.direct] == ["other"]
+    assert tails.program is not None
+    assert sorted(n for names in tails.streams_of.values() for n in names) == [
+        "both",
+        "busy",
+        "by_load",
+        "hourly",
+        "titles",
+    ]
+    kinds = sorted(step.kind for step in tails.program.steps)
+    assert kinds == ["filter", "map", "source", "source", "split", "union"]
+    assert "2 head(s) computed once, 5 stream(s)" in tails.describe()
+
+
+def test_streams_with_equal_stateful_plans_share_one_head() -> None:
+    tails = plan_tails([Stream("x", HOURLY), Stream("y", HOURLY)], key_of)
+    assert dict(tails.heads) == {HOURLY: key_of(HOURLY)} and not tails.direct
+    assert tails.streams_of == {key_of(HOURLY): ("x", "y")}
+
+
+def test_operators_are_counted_once_per_head() -> None:
+    counts = dict((s.name, n) for s, n in operator_count(STREAMS))
+    assert counts == {"hourly": 2, "busy": 2, "titles": 2, "by_load": 2, "both": 2, "other": 4}
+    # a stateful node read by two stateful operators runs in both (a query is a tree)
+    twice = Join(HOURLY, HOURLY)
+    assert [n for _, n in operator_count([Stream("j", twice)])] == [5]
+
+
+@pytest.mark.spark
+def test_a_shared_aggregate_runs_one_stateful_operator(tmp_path: Path, spark: Any) -> None:
+    events = [
+        RefInput("ab"[k % 2], 1 + k * 2, 1 + k, f"<item><title>t{k}</title></item>")
+        for k in range(30)
+    ]
+    events.append(RefInput("", 10**4, 31, None))  # time passes: the last windows close
+    write_spool(tmp_path / "log", "e.jsonl", events)
+    sink = MemorySink([s.name for s in STREAMS])
+    running = _run(spark, tmp_path, STREAMS, sink)
+    stateful = [r for r in running if r.name != "stateless"]
+    assert len(stateful) == 1
+    operators = stateful[0].query.lastProgress["stateOperators"]
+    # HOURLY once for its five readers, OTHER once: two, where a query per reader had six
+    assert len(operators) == 2
+    expected = evaluate_streams(STREAMS, events)
+    got = {name: {p: sorted(e) for p, e in parts.items()} for name, parts in sink.collected.items()}
+    assert got == {name: parts for name, parts in expected.items() if any(parts.values())}
+    assert expected["busy"][""] and expected["by_load"]["calm"]
+
+
+def test_a_generation_saved_by_an_earlier_version_starts_again(tmp_path: Path) -> None:
+    from roses_app.spark.layout import PLANS_FILE, Generation, load_generation, save_generation
+
+    folder = tmp_path / "gen-x"
+    save_generation(folder, Generation("gen-x", tuple(STREAMS), frozenset(), 7, True))
+    assert load_generation(folder) == (tuple(STREAMS), 7)
+    # the format before each head was computed once: its checkpoint's operators differ
+    (folder / PLANS_FILE).write_bytes(pickle.dumps((tuple(STREAMS), 7)))
+    assert load_generation(folder) is None
