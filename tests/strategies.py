@@ -212,3 +212,24 @@ def late_window_plans() -> st.SearchStrategy[Node]:
             reports(),
         ),
     )
+
+
+def late_join_plans() -> st.SearchStrategy[Node]:
+    """An inner join or a semijoin of sliding windows (or none) of stateless plans in
+    publication time, with a lateness."""
+    below = plans(max_leaves=2).map(published_time)
+    lateness = st.integers(0, 10)
+    predicates = st.sampled_from(PAIR_PREDICATES)
+    return st.one_of(
+        st.builds(
+            Join,
+            join_inputs(below),
+            join_inputs(below),
+            st.just("inner"),
+            predicates,
+            st.none(),
+            lateness,
+        ),
+        st.builds(Semijoin, below, join_inputs(below), predicates, lateness),
+    )
+

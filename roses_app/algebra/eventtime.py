@@ -23,9 +23,11 @@ from roses_app.algebra.plan import (
     CountWindow,
     Filter,
     GroupBy,
+    Join,
     Map,
     Node,
     Report,
+    Semijoin,
     SessionWindow,
     Source,
     Split,
@@ -68,6 +70,29 @@ def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
     if any(not isinstance(n, STATELESS) for n in below.walk()):
         return None
     return below, window.spec
+
+
+JoinSides = tuple[Node, TimeWindow | None, Node, TimeWindow | None]
+
+
+def late_joined(node: Node) -> JoinSides | None:
+    """(left stream, its window, right stream, its window) when ``node`` is an inner
+    join or a semijoin over items read in publication time whose sides are sliding
+    time windows (or no window) of stateless plans: what
+    :mod:`roses_app.algebra.latejoin` runs."""
+    if not isinstance(node, Join | Semijoin) or not event_timed(node):
+        return None
+    if isinstance(node, Join) and node.kind != "inner":
+        return None
+    found: list[Node | TimeWindow | None] = []
+    for side in (node.left, node.right):
+        below, spec = (side.input, side.spec) if isinstance(side, Window) else (side, None)
+        if spec is not None and not (isinstance(spec, TimeWindow) and spec.period is None):
+            return None
+        if any(not isinstance(n, STATELESS) for n in below.walk()):
+            return None
+        found += [below, spec]
+    return found[0], found[1], found[2], found[3]  # type: ignore[return-value]
 
 
 def publishes_late(node: Node) -> bool:
@@ -116,10 +141,17 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
     no engine runs on it, each with why.  Filter, map, union and split take items in
     any order; the operators of time assume their input in time order."""
     timed: dict[int, bool] = {}
-    windows = {
+    windows = {  # the windows these engines read
         id(n.input)
         for n in plan.walk()
         if isinstance(n, Aggregate | GroupBy) and late_windowed(n) is not None
+    }
+    windows |= {
+        id(side)
+        for n in plan.walk()
+        if late_joined(n) is not None
+        for side in (n.left, n.right)  # type: ignore[attr-defined]
+        if isinstance(side, Window)
     }
     for node in inputs_first(plan):
         timed[id(node)] = (isinstance(node, Source) and node.time == "published") or any(
@@ -138,7 +170,7 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             continue
         if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
-        if late_windowed(node) is not None:
+        if late_windowed(node) is not None or late_joined(node) is not None:
             continue  # its output comes out of order too: stateful readers are reported
         timed[id(node)] = False  # the operators above it: the same cause, reported once
         yield (
@@ -146,8 +178,9 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             (
                 f"{type(node).__name__} at step {node.origin.step} reads items in publication "
                 "time (time: published), which may come out of order; over publication "
-                "time, only an aggregate or group over a periodic time window, or an "
-                "aggregate over a count window, of filters, maps and unions runs for now: "
-                "read its sources with time: ingest"
+                "time, only an aggregate or group over a periodic time window, an "
+                "aggregate over a count window, and an inner join or a semijoin of "
+                "sliding time windows, of filters, maps and unions, run for now: read "
+                "its sources with time: ingest"
             ),
         )

@@ -83,7 +83,11 @@ def _describe_join(node: Join) -> str:
     combine = describe_xquery(node.combine) if node.combine else "built-in composition"
     if node.kind == "product":
         return f"Join × product, combine {combine}"
-    return f"Join ⋈ {node.kind} on {node.on!r}, combine {combine}"
+    return f"Join ⋈ {node.kind} on {node.on!r}, combine {combine}{_join_lateness(node)}"
+
+
+def _join_lateness(node: Join | Semijoin) -> str:
+    return f", lateness {duration(node.lateness)}" if node.lateness else ""
 
 
 def _describe_time_operator(node: Node) -> str | None:
@@ -93,7 +97,7 @@ def _describe_time_operator(node: Node) -> str | None:
     if isinstance(node, Join):
         return _describe_join(node)
     if isinstance(node, Semijoin):
-        return f"Semijoin ⋉ on {node.on!r}"
+        return f"Semijoin ⋉ on {node.on!r}{_join_lateness(node)}"
     if isinstance(node, Diff):
         return f"Diff − on {node.on!r}"
     if isinstance(node, Delta):

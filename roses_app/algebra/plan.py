@@ -276,10 +276,16 @@ class Join(Node):
     kind: str = "inner"
     on: str = "true()"
     combine: XQuery | None = None
+    # Over items read in publication time (roses_app.algebra.latejoin): how long (µs)
+    # an item may come after the clock and still be joined.
+    lateness: int = field(default=0, metadata=LATER)
 
     def __post_init__(self) -> None:
         if self.kind not in JOIN_KINDS:
             raise ValueError(f"unknown join kind {self.kind!r}")
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -290,6 +296,10 @@ class Semijoin(Node):
     left: Node
     right: Node
     on: str
+    lateness: int = field(default=0, metadata=LATER)  # as Join's
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,7 +20,8 @@ from itertools import groupby
 from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
-from roses_app.algebra.eventtime import late_windowed
+from roses_app.algebra.eventtime import late_joined, late_windowed
+from roses_app.algebra.latejoin import LEFT, RIGHT, on_time
 from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
 from roses_app.algebra.plan import (
     Aggregate,
@@ -49,7 +50,7 @@ from roses_app.algebra.reference_registry import (
     run,
 )
 from roses_app.algebra.windows import (
-    bounds,
+    call_bounds,
     count_window,
     periodic_input,
     refresh_bounds,
@@ -73,10 +74,8 @@ class WindowCall:
     def bounds(self, t: int) -> tuple[int, int] | None:
         """The [low, high] range of times in the window at ``t`` (not for count windows)."""
         spec = self.spec
-        if spec is None:
-            return t, t
-        assert isinstance(spec, TimeWindow)
-        return bounds(spec, t)
+        assert spec is None or isinstance(spec, TimeWindow)
+        return call_bounds(spec, t)
 
     def indices(self, t: int) -> range:
         if isinstance(self.spec, CountWindow):
@@ -114,20 +113,40 @@ def _window(node: Window, ctx: Context) -> list[RefEvent]:
 
 
 def _observe(ctx: Context, on: str, pairs: Sequence[tuple[str, str]]) -> list[bool]:
-    if on.strip() == "true()":
-        return [True] * len(pairs)
-    from roses_app.xmlfn import observe2_batch
+    from roses_app.xmlfn.pairs import observe_pairs
 
-    return observe2_batch(on, ctx.ns, list(pairs))
+    return observe_pairs(on, ctx.ns, pairs)
 
 
-def _compose(ctx: Context, combine: XQuery | None, pairs: Sequence[tuple[str, str]]) -> list:
-    from roses_app.xmlfn import combine_batch
-    from roses_app.xmlfn.stamp import compose_items
+def _compose(
+    ctx: Context, combine: XQuery | None, pairs: Sequence[tuple[str, str]]
+) -> list[str | None]:
+    from roses_app.xmlfn.pairs import compose_pairs
 
-    if combine is None:
-        return [compose_items(a, b) for a, b in pairs]
-    return combine_batch(combine, ctx.ns, list(pairs))
+    return compose_pairs(combine, ctx.ns, pairs)
+
+
+def _on_time_sides(
+    ctx: Context, node: Join | Semijoin | Diff
+) -> tuple[list[RefEvent], list[RefEvent]]:
+    """Both sides' events; over publication time (:func:`late_joined`) without the
+    items too late, taken in arrival order (:func:`roses_app.algebra.latejoin.on_time`)."""
+    left, right = run(side(node.left)[0], ctx), run(side(node.right)[0], ctx)
+    if isinstance(node, Diff) or late_joined(node) is None:
+        return left, right
+    sides = ((LEFT, left), (RIGHT, right))
+    arrivals = [
+        (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, tag))
+        for tag, events in sides
+        for e in events
+    ]
+    kept, late = on_time(arrival_groups(arrivals), node.lateness)
+    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in late]
+    keep = set(kept)
+    return [
+        [e for e in events if e.item is not None and Arrival(e.ts, e.seq, e.item, tag) in keep]
+        for tag, events in sides
+    ]  # type: ignore[return-value]
 
 
 def _matches(
@@ -135,10 +154,9 @@ def _matches(
 ) -> tuple[list[RefEvent], list[RefEvent], set[tuple[int, int]], set[tuple[int, int]]]:
     """Both sides' item events, and the matching pairs (left index, right index) found
     by left events in the right window (A) and by right events in the left window (B)."""
-    left_node, left_spec = side(node.left)
-    right_node, right_spec = side(node.right)
-    lcall = WindowCall(run(left_node, ctx), left_spec)
-    rcall = WindowCall(run(right_node, ctx), right_spec)
+    left_events, right_events = _on_time_sides(ctx, node)
+    lcall = WindowCall(left_events, side(node.left)[1])
+    rcall = WindowCall(right_events, side(node.right)[1])
     left, right = lcall.events, rcall.events
     by_left, by_right = _in_windows(ctx, node, lcall, rcall)
     candidates = sorted(by_left | by_right)

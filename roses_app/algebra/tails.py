@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.globalplan import STATELESS_TYPES, is_stateless_in
-from roses_app.algebra.plan import Node, Stream
+from roses_app.algebra.plan import Node, Stream, Window
 from roses_app.algebra.program import Namespaces, Program, build_program
 
 
@@ -148,8 +148,8 @@ def spark_copies(streams: Iterable[Stream]) -> dict[Node, int]:
 
 
 def _paths_from(head: Node, stateless: dict[Node, bool]) -> dict[Node, int]:
-    """The stateful nodes below ``head`` (itself included) with the number of paths
-    from it to each (a child read twice by one node is two paths)."""
+    """The stateful operators below ``head`` (itself included) with the number of
+    paths from it to each (a child read twice by one node is two paths)."""
     order: list[Node] = []  # children before the nodes that read them
     seen: set[Node] = set()
 
@@ -169,4 +169,6 @@ def _paths_from(head: Node, stateless: dict[Node, bool]) -> dict[Node, int]:
         for child in node.children():
             if child in paths:
                 paths[child] += paths[node]
-    return paths
+    # A window read by another operator is part of it (a join's range, an aggregate's
+    # grouping), not an operator of its own: what is below it is.
+    return {n: p for n, p in paths.items() if n is head or not isinstance(n, Window)}

@@ -97,6 +97,11 @@ def bounds(spec: Refreshed, t: int) -> tuple[int, int] | None:
     return low, min(high, t)
 
 
+def call_bounds(spec: Refreshed | None, t: int) -> tuple[int, int] | None:
+    """:func:`bounds`, and [t, t] without a window (ω0: the events of that time)."""
+    return (t, t) if spec is None else bounds(spec, t)
+
+
 def oldest_needed(spec: Refreshed, t: int) -> int:
     """The earliest ts that the window may show at any time ≥ ``t``."""
     # the refresh in force at t, or t0 before the first one: refreshes only grow

@@ -160,7 +160,9 @@ def _observer(ctx: OperatorContext, args: Section, required: bool) -> str | None
 
 
 def _join(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("left", "right"), optional=("on", "kind", "combine"))
+    args = ctx.arguments(
+        value, required=("left", "right"), optional=("on", "kind", "combine", "lateness")
+    )
     left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
     kind = args.string("kind", "inner")
     if kind not in ("inner", "left", "full"):
@@ -173,7 +175,13 @@ def _join(ctx: OperatorContext, value: Marked) -> Node | None:
     combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
     if left is None or right is None or on is None or ("combine" in args and combine is None):
         return None
-    return Join(left, right, kind, on, combine, origin=ctx.origin)
+    lateness, _ = _lateness(ctx, args, _timed_side(left, right))
+    return Join(left, right, kind, on, combine, lateness, origin=ctx.origin)
+
+
+def _timed_side(left: Node, right: Node) -> Node:
+    """The side whose items are read in publication time, if one is (for ``lateness``)."""
+    return right if event_timed(right) else left
 
 
 def _product(ctx: OperatorContext, value: Marked) -> Node | None:
@@ -187,11 +195,15 @@ def _product(ctx: OperatorContext, value: Marked) -> Node | None:
 
 def _matching(node_type: type[Semijoin | Diff]) -> Builder:
     def build(ctx: OperatorContext, value: Marked) -> Node | None:
-        args = ctx.arguments(value, required=("left", "right", "on"))
+        optional = ("lateness",) if node_type is Semijoin else ()
+        args = ctx.arguments(value, required=("left", "right", "on"), optional=optional)
         left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
         on = _observer(ctx, args, required=True)
         if left is None or right is None or on is None:
             return None
+        if node_type is Semijoin:
+            lateness, _ = _lateness(ctx, args, _timed_side(left, right))
+            return Semijoin(left, right, on, lateness, origin=ctx.origin)
         return node_type(left, right, on, origin=ctx.origin)
 
     return build

@@ -43,9 +43,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 from roses_app.algebra.equikeys import EquiKey, equi_key
+from roses_app.algebra.eventtime import late_joined
 from roses_app.algebra.explain import describe_window
-from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Unnest, Window, XQuery
-from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, above_watermark, lower, register
+from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Window, XQuery
+from roses_app.spark.latejoin import late_join_frame
+from roses_app.spark.registry import LowerContext, above_watermark, lower, register
 from roses_app.spark.udfs import ErrorHook, Namespaces
 
 TRUE = "true()"
@@ -107,31 +109,6 @@ def keys_udf(path: str, namespaces: Namespaces, on_error: ErrorHook) -> Any:
         return pd.Series(key_strings_batch(path, namespaces, items.tolist(), on_error))
 
     return keys.asNondeterministic()
-
-
-def unnest_udf(on_error: ErrorHook) -> Any:
-    """The items nested one level below each item's children (None for a heartbeat)."""
-
-    @pandas_udf("array<string>")  # type: ignore[call-overload]
-    def unnest(items: pd.Series) -> pd.Series:
-        return pd.Series([_nested_items(xml, on_error) for xml in items.tolist()], dtype="object")
-
-    return unnest.asNondeterministic()
-
-
-def _nested_items(xml: str | None, on_error: ErrorHook) -> list[str] | None:
-    from lxml.etree import XMLSyntaxError
-
-    from roses_app.xmlfn.stamp import unnest_items
-
-    if xml is None:
-        return None
-    try:
-        # a stream is a set of events: the same nested item twice is one event
-        return list(dict.fromkeys(unnest_items(xml)))
-    except (XMLSyntaxError, ValueError) as exc:
-        on_error(xml, exc)
-        return []
 
 
 # -- time ------------------------------------------------------------------------------
@@ -421,6 +398,8 @@ def _composed(pairs: DataFrame, node: Join, ctx: LowerContext) -> DataFrame:
 
 @register
 def _join(node: Join, ctx: LowerContext) -> DataFrame:
+    if late_joined(node) is not None:
+        return late_join_frame(node, ctx)
     s = sides(node, ctx)
     gaps = (by_left(s.right_reach), by_right(s.left_reach))
     pairs = _composed(matches(s, list(gaps), node.on, ctx, node), node, ctx)
@@ -432,6 +411,8 @@ def _join(node: Join, ctx: LowerContext) -> DataFrame:
 
 @register
 def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
+    if late_joined(node) is not None:
+        return late_join_frame(node, ctx)
     s = sides(node, ctx)
     return with_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))
 
@@ -440,14 +421,3 @@ def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
 def _diff(node: Diff, ctx: LowerContext) -> DataFrame:
     s = sides(node, ctx)
     return without_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))
-
-
-@register
-def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
-    upstream = lower(node.input, ctx)
-    nested = unnest_udf(ctx.on_error(node))
-    found = upstream.withColumn("nested", nested(F.col("item")))
-    # A heartbeat stays one row; an item gives one row per nested item (none: gone).
-    rows = F.when(F.col("item").isNull(), F.array(F.lit(None).cast("string")))
-    exploded = found.withColumn("item", F.explode(rows.otherwise(F.col("nested"))))
-    return exploded.select(*EVENT_COLUMNS)

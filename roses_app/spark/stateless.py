@@ -1,14 +1,18 @@
 """Lowering of the stateless operators one node at a time: Source, Filter, Map, Union,
-Split.  The multi-query engine computes the stateless part of the plan in one fused
+Split, Unnest.  The multi-query engine computes the stateless part of the plan in one fused
 stage instead (:mod:`roses_app.spark.fused`); these handlers lower the stateless
 nodes above stateful ones (a filter over an aggregate, say)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.plan import Filter, Map, Source, Split, Union
+from roses_app.algebra.plan import Filter, Map, Source, Split, Union, Unnest
 from roses_app.spark import udfs
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
@@ -18,6 +22,7 @@ from roses_app.spark.registry import (
     lower,
     register,
 )
+from roses_app.spark.udfs import ErrorHook
 
 
 @register
@@ -69,3 +74,39 @@ def _split(node: Split, ctx: LowerContext) -> DataFrame:
     split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
     named = upstream.withColumn("part", split(F.col("item")))
     return named.where(F.col("part").isNotNull())
+
+
+@register
+def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
+    upstream = lower(node.input, ctx)
+    nested = unnest_udf(ctx.on_error(node))
+    found = upstream.withColumn("nested", nested(F.col("item")))
+    # A heartbeat stays one row; an item gives one row per nested item (none: gone).
+    rows = F.when(F.col("item").isNull(), F.array(F.lit(None).cast("string")))
+    exploded = found.withColumn("item", F.explode(rows.otherwise(F.col("nested"))))
+    return exploded.select(*EVENT_COLUMNS)
+
+
+def unnest_udf(on_error: ErrorHook) -> Any:
+    """The items nested one level below each item's children (None for a heartbeat)."""
+
+    @pandas_udf("array<string>")  # type: ignore[call-overload]
+    def unnest(items: pd.Series) -> pd.Series:
+        return pd.Series([_nested_items(xml, on_error) for xml in items.tolist()], dtype="object")
+
+    return unnest.asNondeterministic()
+
+
+def _nested_items(xml: str | None, on_error: ErrorHook) -> list[str] | None:
+    from lxml.etree import XMLSyntaxError
+
+    from roses_app.xmlfn.stamp import unnest_items
+
+    if xml is None:
+        return None
+    try:
+        # a stream is a set of events: the same nested item twice is one event
+        return list(dict.fromkeys(unnest_items(xml)))
+    except (XMLSyntaxError, ValueError) as exc:
+        on_error(xml, exc)
+        return []

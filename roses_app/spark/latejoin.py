@@ -1,0 +1,121 @@
+"""Spark lowering of an inner join or a semijoin over publication time: the rule of
+:mod:`roses_app.algebra.latejoin`, run by one ``transformWithStateInPandas`` operator.
+
+Spark's stream-stream joins bound their state by a watermark on the joined columns,
+which here would be the publication time: out of order by design, it would either
+hold the watermark back or drop items Spark deems late by its own rule.  So both
+sides' rows go, tagged with their side, to one operator under one constant key,
+whose state (:class:`~roses_app.algebra.latejoin.LateJoin`: the clock and the items
+kept) is JSON in one value state.  Each micro-batch's candidate pairs are tested with
+``on`` in one call, and a join's matches composed in one call.  Items later than the
+lateness are counted under ``late:STREAM``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark import Accumulator
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import TimerValues
+
+from roses_app.algebra.eventtime import JoinSides, late_joined
+from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin
+from roses_app.algebra.lateness import Arrival, arrival_groups, tally_key
+from roses_app.algebra.plan import Join, Semijoin
+from roses_app.spark import udfs
+from roses_app.spark.late import output_frame
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
+
+KEY = "join_key"
+STATE = "join"
+STATE_DDL = "state STRING"
+OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
+
+
+class LateJoinProcessor(StatefulProcessor):
+    """One join's :class:`LateJoin`, micro-batch after micro-batch."""
+
+    def __init__(
+        self,
+        node: Join | Semijoin,
+        sides: JoinSides,
+        namespaces: Namespaces,
+        on_error: udfs.ErrorHook,
+        tallies: Accumulator[dict[str, int]] | None,
+    ) -> None:
+        self.node = node
+        self.specs = (sides[1], sides[3])
+        self.namespaces = namespaces
+        self.on_error = on_error
+        self.tallies = tallies
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState(STATE, STATE_DDL)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        node = self.node
+        stored = self.state.get() if self.state.exists() else None
+        saved = json.loads(stored[0]) if stored is not None else None
+        join = LateJoin.load(*self.specs, node.lateness, isinstance(node, Join), saved)
+        planned = join.advance(arrival_groups(read_sides(rows)))
+        from roses_app.xmlfn.pairs import late_join_results
+
+        out = late_join_results(node, join, planned.pairs, self.namespaces, self.on_error)
+        self.state.update((json.dumps(join.dump()),))
+        if self.tallies is not None and planned.late:
+            self.tallies.add({tally_key("late", node.origin.stream): len(planned.late)})
+        if out:
+            yield output_frame([(ts, seq, item, "") for ts, seq, item in out])
+
+    def close(self) -> None:
+        """Nothing to release: the state lives in the state store."""
+
+
+def read_sides(frames: Iterator[pd.DataFrame]) -> list[tuple[int, Arrival]]:
+    """(ingest time, arrival) of each input row, its side in ``Arrival.key``: an item
+    at its publication time (or its ingest time), a heartbeat at its time."""
+    out: list[tuple[int, Arrival]] = []
+    for frame in frames:
+        columns = [frame[c].tolist() for c in ("ts", "seq", "item", "event", "side")]
+        for ts, seq, item, event, side in zip(*columns, strict=True):
+            when = int(ts) if event is None or pd.isna(event) else int(event)
+            out.append((int(ts), Arrival(when, int(seq), item, side)))
+    return out
+
+
+def late_join_frame(node: Join | Semijoin, ctx: LowerContext) -> DataFrame:
+    """The results of ``node`` over publication time: see the module doc."""
+    sides = late_joined(node)
+    assert sides is not None
+    tagged = []
+    for below, tag in ((sides[0], LEFT), (sides[2], RIGHT)):
+        frame = ctx.computed.get(below)
+        if frame is None:
+            raise TypeError(f"{node.origin}: its input is not read from the frontier log")
+        if "event" not in frame.columns:  # in ingest time: the time is the ingest time
+            frame = frame.withColumn("event", F.lit(None).cast("bigint"))
+        columns = ("ts", "seq", "item", "event")
+        tagged.append(frame.select(F.lit(0).alias(KEY), *columns, F.lit(tag).alias("side")))
+    processor = LateJoinProcessor(node, sides, ctx.namespaces, ctx.on_error(node), ctx.errors)
+    out = (
+        tagged[0]
+        .unionByName(tagged[1])
+        .groupBy(KEY)
+        .transformWithStateInPandas(
+            statefulProcessor=processor,
+            outputStructType=OUTPUT_DDL,
+            outputMode="Append",
+            timeMode="None",
+            # No event-time column, as for the late windows (roses_app.spark.late): a
+            # pair comes at the later of its publication times, behind the watermark.
+        )
+    )
+    return out.select(*EVENT_COLUMNS)
