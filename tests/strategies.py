@@ -232,4 +232,3 @@ def late_join_plans() -> st.SearchStrategy[Node]:
         ),
         st.builds(Semijoin, below, join_inputs(below), predicates, lateness),
     )
-
