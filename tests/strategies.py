@@ -215,8 +215,8 @@ def late_window_plans() -> st.SearchStrategy[Node]:
 
 
 def late_join_plans() -> st.SearchStrategy[Node]:
-    """An inner join or a semijoin of sliding windows (or none) of stateless plans in
-    publication time, with a lateness."""
+    """A join (any kind), a semijoin or a difference of sliding windows (or none) of
+    stateless plans in publication time, with a lateness."""
     below = plans(max_leaves=2).map(published_time)
     lateness = st.integers(0, 10)
     predicates = st.sampled_from(PAIR_PREDICATES)
@@ -225,10 +225,11 @@ def late_join_plans() -> st.SearchStrategy[Node]:
             Join,
             join_inputs(below),
             join_inputs(below),
-            st.just("inner"),
+            st.sampled_from(("inner", "left", "full", "product")),
             predicates,
             st.none(),
             lateness,
         ),
         st.builds(Semijoin, below, join_inputs(below), predicates, lateness),
+        st.builds(Diff, below, join_inputs(below), predicates, lateness),
     )

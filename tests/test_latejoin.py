@@ -18,7 +18,7 @@ from strategies import late_join_plans, out_of_order_event_lists
 from test_differential import assert_engines_agree
 
 from roses_app.algebra.eventtime import late_joined
-from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, on_time, pairs_at
+from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind, on_time, pairs_at
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Join, Node, Stream, TimeWindow
@@ -51,7 +51,7 @@ def operator_results(plan: Node, events: list[RefInput], cuts: list[int]) -> set
     saved: dict[str, Any] | None = None
     found: set[tuple] = set()
     for start, end in itertools.pairwise(bounds):
-        join = LateJoin.load(sides[1], sides[3], plan.lateness, isinstance(plan, Join), saved)  # type: ignore[attr-defined]
+        join = LateJoin.load(sides[1], sides[3], plan.lateness, join_kind(plan), saved)  # type: ignore[attr-defined]
         planned = join.advance(groups[start:end])
         found.update(late_join_results(plan, join, planned.pairs, ()))  # type: ignore[arg-type]
         saved = json.loads(json.dumps(join.dump()))
@@ -73,7 +73,7 @@ def test_batch_after_batch_the_operator_publishes_what_the_reference_does(
 
 def test_an_item_later_than_the_lateness_is_dropped_and_one_arrival_never_late_to_itself() -> None:
     group = [Arrival(20, 1, "<item/>", LEFT), Arrival(5, 2, "<item/>", RIGHT)]
-    kept, late = on_time(
+    kept, late, _ = on_time(
         [group, [Arrival(9, 3, "<item/>", LEFT)], [Arrival(10, 4, "<item/>", RIGHT)]], 10
     )
     assert [a.seq for a in kept] == [1, 2, 4] and [a.seq for a in late] == [3]
@@ -117,14 +117,19 @@ def test_lateness_belongs_to_joins_over_publication_time(tmp_path: Path) -> None
     assert "feeds.yaml:6" in found and "applies to items read in publication time" in found
 
 
-def test_joins_a_late_item_would_take_back_are_refused_with_their_line(tmp_path: Path) -> None:
-    found = problems(
-        tmp_path,
-        "  j: {join: {left: wire, right: blog, on: 'true()', kind: left}}\n"
-        "  d: {diff: {left: wire, right: blog, on: 'true()'}}\n",
+def test_operators_a_late_item_would_take_back_are_refused_with_their_line(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(
+        HEAD
+        + "  j: {join: {left: wire, right: blog, on: 'true()', kind: left}}\n"
+        + "  d: {diff: {left: wire, right: blog, on: 'true()', lateness: 1h}}\n",
+        tmp_path / "feeds.yaml",
     )
+    assert all(late_joined(s.plan) is not None for s in config.streams.values())
+    found = problems(tmp_path, "  x: {delta: {from: wire}}\n  y: {nest: {from: wire}}\n")
     assert "feeds.yaml:6" in found and "feeds.yaml:7" in found
-    assert "inner join or a semijoin of sliding time windows" in found
+    assert "joins, semijoins and differences of sliding time windows" in found
 
 
 @pytest.mark.spark
@@ -173,7 +178,5 @@ def test_spark_keeps_the_join_between_micro_batches_and_counts_late_items(
     expected = run_reference(config, events)
     for name, parts in expected.items():
         assert sorted(sink.collected[name].get("", [])) == parts[""], name
-    assert {k: v for k, v in errors.value.items() if k.startswith("late:")} == {
-        "late:pairs": 2,
-        "late:seen": 2,
-    }
+    late = {k: v for k, v in errors.value.items() if k.startswith("late:")}
+    assert late == {f"late:{name}": 2 for name in ("pairs", "seen", "lonely", "all_wire")}

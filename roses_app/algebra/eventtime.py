@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
+    Diff,
     Filter,
     GroupBy,
     Join,
@@ -76,13 +77,11 @@ JoinSides = tuple[Node, TimeWindow | None, Node, TimeWindow | None]
 
 
 def late_joined(node: Node) -> JoinSides | None:
-    """(left stream, its window, right stream, its window) when ``node`` is an inner
-    join or a semijoin over items read in publication time whose sides are sliding
-    time windows (or no window) of stateless plans: what
+    """(left stream, its window, right stream, its window) when ``node`` is a join, a
+    semijoin or a difference over items read in publication time whose sides are
+    sliding time windows (or no window) of stateless plans: what
     :mod:`roses_app.algebra.latejoin` runs."""
-    if not isinstance(node, Join | Semijoin) or not event_timed(node):
-        return None
-    if isinstance(node, Join) and node.kind != "inner":
+    if not isinstance(node, Join | Semijoin | Diff) or not event_timed(node):
         return None
     found: list[Node | TimeWindow | None] = []
     for side in (node.left, node.right):
@@ -178,8 +177,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             (
                 f"{type(node).__name__} at step {node.origin.step} reads items in publication "
                 "time (time: published), which may come out of order; over publication "
-                "time, only an aggregate or group over a periodic time window, an "
-                "aggregate over a count window, and an inner join or a semijoin of "
+                "time, only an aggregate or group over a periodic time window, or an "
+                "aggregate over a count window, and joins, semijoins and differences of "
                 "sliding time windows, of filters, maps and unions, run for now: read "
                 "its sources with time: ingest"
             ),

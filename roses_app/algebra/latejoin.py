@@ -1,9 +1,10 @@
-"""Joins and semijoins over publication time, with an allowed lateness (seed 001).
+"""Joins, semijoins and differences over publication time, with an allowed lateness
+(seed 001).
 
-An inner join or a semijoin whose sides are sliding time windows (or no window) of
-filters, maps and unions over items read in publication time takes its input in
-arrival order: the events of one spool append (one ingest time) together, appends one
-after the other, both sides merged.  The rules:
+A join (of any kind), a semijoin or a difference whose sides are sliding time windows
+(or no window) of filters, maps and unions over items read in publication time takes
+its input in arrival order: the events of one spool append (one ingest time)
+together, appends one after the other, both sides merged.  The rules:
 
 * **Clock.**  The latest time seen on either side: an item's time (its publication
   time, or its ingest time) or a heartbeat's.
@@ -12,16 +13,18 @@ after the other, both sides merged.  The rules:
   arrival never make each other late.
 * **Pairs.**  Items ``a`` (left) and ``b`` (right) pair as in ingest time: ``b`` is in
   the right window at ``a``'s time, or (a join) ``a`` in the left window at ``b``'s
-  time (:func:`pairs_at`), and ``on`` holds.  Whatever order they arrive in, the pair
-  is found when the second of the two arrives: a join publishes it then, at the later
-  of the two times (the largest seq), a semijoin its left item, once.  An inner join's
-  pairs only grow as items come, so a result once published is final: optimistic and
-  on-close are one here.
+  time (:func:`pairs_at`), and ``on`` holds.  Whatever order they arrive in, a pair is
+  found when the second of the two arrives: a join publishes it then, at the later of
+  the two times (the larger seq); a semijoin publishes its left item at its first
+  partner, once.  Pairs only grow as items come, so these results are final when
+  published: optimistic and on-close are one here, and nothing is taken back.
+* **No partner.**  An item without one (a left join's, a full join's or a product's
+  items, a difference's left items) is published once no item still on time could
+  be its partner (:func:`decided`: the clock is more than L past it), at its time:
+  the on-close answer.  (Published before that, optimistically, a late partner would
+  have to take it back, which ROSES does not do yet.)
 * **Kept.**  An item stays while an item of the other side that is not too late could
   still pair with it: until the clock passes its time plus its window's reach plus L.
-
-Left and outer joins, products, differences and count windows are not monotone (a
-late item takes a result back), so they are not run over publication time.
 
 The reference evaluator filters the too-late items with :func:`on_time` and pairs the
 rest as in ingest time; the Spark operator (:mod:`roses_app.spark.latejoin`) runs
@@ -35,10 +38,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import TimeWindow
+from roses_app.algebra.plan import Join, Node, TimeWindow
 from roses_app.algebra.windows import call_bounds
 
 LEFT, RIGHT = "l", "r"  # an arrival's side, in Arrival.key
+
+
+def meets(spec: TimeWindow | None, t: int, other: int) -> bool:
+    """Whether an item at ``other`` is in the window ``spec`` at ``t``."""
+    found = call_bounds(spec, t)
+    return found is not None and found[0] <= other <= found[1]
 
 
 def pairs_at(
@@ -46,13 +55,19 @@ def pairs_at(
 ) -> bool:
     """Whether a left item at ``ta`` and a right one at ``tb`` meet: ``tb`` in the right
     window at ``ta``, or (``both``: a join) ``ta`` in the left window at ``tb``."""
-    found = call_bounds(right, ta)
-    if found is not None and found[0] <= tb <= found[1]:
-        return True
-    if not both:
-        return False
-    found = call_bounds(left, tb)
-    return found is not None and found[0] <= ta <= found[1]
+    return meets(right, ta, tb) or (both and meets(left, tb, ta))
+
+
+def decided(t: int, clock: int | None, lateness: int) -> bool:
+    """Whether an item at ``t`` can get no new partner any more: every item still on
+    time is after it (its partners' times are at most its own, windows being
+    backwards)."""
+    return clock is not None and t < clock - lateness
+
+
+def join_kind(node: Node) -> str:
+    """A join's kind, or ``semijoin``, ``diff``: the :class:`LateJoin` of ``node``."""
+    return node.kind if isinstance(node, Join) else type(node).__name__.lower()
 
 
 def reach(spec: TimeWindow | None) -> int:
@@ -80,8 +95,9 @@ def split_late(
 
 def on_time(
     groups: Iterable[Sequence[Arrival]], lateness: int
-) -> tuple[list[Arrival], list[Arrival]]:
-    """The items of arrivals ``groups`` (in order) on time, and those too late."""
+) -> tuple[list[Arrival], list[Arrival], int | None]:
+    """The items of arrivals ``groups`` (in order) on time, those too late, and the
+    clock after the last."""
     clock: int | None = None
     kept: list[Arrival] = []
     dropped: list[Arrival] = []
@@ -89,7 +105,14 @@ def on_time(
         on, late, clock = split_late(clock, group, lateness)
         kept += on
         dropped += late
-    return kept, dropped
+    return kept, dropped, clock
+
+
+Ident = tuple[str, int, int, str]  # side, time, seq, item: one item of one side
+
+
+def ident(arrival: Arrival) -> Ident:
+    return (arrival.key or LEFT, arrival.time, arrival.seq, arrival.item or "")
 
 
 @dataclass
@@ -103,20 +126,28 @@ class Planned:
 
 @dataclass
 class LateJoin:
-    """The state of one join or semijoin: the clock and the items kept per side (a
-    semijoin's left items with whether they were published)."""
+    """The state of one join, semijoin or difference (``kind``: a join's kind,
+    ``semijoin`` or ``diff``): the clock, the items kept per side, those that found a
+    partner that counts for them, and those whose lack of one is decided."""
 
     left: TimeWindow | None
     right: TimeWindow | None
     lateness: int
-    both: bool  # a join (pairs found from both sides), not a semijoin
+    kind: str
     clock: int | None = None
     kept: dict[str, list[Arrival]] = field(default_factory=lambda: {LEFT: [], RIGHT: []})
-    published: set[int] = field(default_factory=set)  # a semijoin's left seqs
+    matched: set[Ident] = field(default_factory=set)
+    settled: set[Ident] = field(default_factory=set)
+
+    @property
+    def both(self) -> bool:
+        """A join: pairs are found from both sides."""
+        return self.kind not in ("semijoin", "diff")
 
     def advance(self, groups: Iterable[Sequence[Arrival]]) -> Planned:
         """Take arrivals in order: each item on time meets the other side's kept items
-        (a semijoin's left items already published are not tested again)."""
+        (a semijoin's or difference's left items that have a partner already are not
+        tested again)."""
         out = Planned()
         for group in groups:
             on, late, self.clock = split_late(self.clock, group, self.lateness)
@@ -124,16 +155,12 @@ class LateJoin:
             for arrival in on:
                 out.pairs += self._meet(arrival)
                 self.kept[arrival.key or LEFT].append(arrival)
-            self._evict()
         return out
 
-    def mark_published(self, seqs: Iterable[int]) -> None:
-        """A semijoin's left items just published: they are not tested again."""
-        self.published.update(seqs)
-
     def _meet(self, arrival: Arrival) -> list[tuple[Arrival, Arrival]]:
+        once = not self.both  # one partner tells all
         if arrival.key == LEFT:
-            if arrival.seq in self.published:
+            if once and ident(arrival) in self.matched:
                 return []
             return [
                 (arrival, other)
@@ -143,9 +170,40 @@ class LateJoin:
         return [
             (other, arrival)
             for other in self.kept[LEFT]
-            if other.seq not in self.published
+            if not (once and ident(other) in self.matched)
             and pairs_at(self.left, self.right, other.time, arrival.time, self.both)
         ]
+
+    def found(self, pairs: Iterable[tuple[Arrival, Arrival]]) -> list[Arrival]:
+        """Record the pairs ``on`` holds for: a left item has a partner when the right
+        one is in its right window, a right item (a full join) when the left one is in
+        its left window.  The left items that had none before, in order."""
+        first: dict[Ident, Arrival] = {}
+        for a, b in pairs:
+            if meets(self.right, a.time, b.time) and ident(a) not in self.matched:
+                self.matched.add(ident(a))
+                first[ident(a)] = a
+            if self.kind in ("full", "product") and meets(self.left, b.time, a.time):
+                self.matched.add(ident(b))
+        return list(first.values())
+
+    def settle(self) -> list[Arrival]:
+        """The items that now surely have no partner (:func:`decided`) and that the
+        operator publishes then: a left or full join's and a difference's left items,
+        a full join's right ones.  Then the items no new one can meet are let go."""
+        sides = {"left": (LEFT,), "full": (LEFT, RIGHT), "product": (LEFT, RIGHT)}
+        alone = (LEFT,) if self.kind == "diff" else sides.get(self.kind, ())
+        out: list[Arrival] = []
+        for side in alone:
+            for arrival in self.kept[side]:
+                key = ident(arrival)
+                if key in self.settled or not decided(arrival.time, self.clock, self.lateness):
+                    continue
+                self.settled.add(key)
+                if key not in self.matched:
+                    out.append(arrival)
+        self._evict()
+        return out
 
     def _evict(self) -> None:
         if self.clock is None:
@@ -154,8 +212,9 @@ class LateJoin:
         for side, spec in ((LEFT, self.left), (RIGHT, self.right)):
             width = reach(spec)
             self.kept[side] = [a for a in self.kept[side] if a.time + width >= horizon]
-        alive = {a.seq for a in self.kept[LEFT]}
-        self.published &= alive
+        alive = {ident(a) for side in (LEFT, RIGHT) for a in self.kept[side]}
+        self.matched &= alive
+        self.settled &= alive
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -163,7 +222,8 @@ class LateJoin:
             "kept": {
                 side: [[a.time, a.seq, a.item] for a in kept] for side, kept in self.kept.items()
             },
-            "published": sorted(self.published),
+            "matched": sorted(self.matched),
+            "settled": sorted(self.settled),
         }
 
     @classmethod
@@ -172,15 +232,16 @@ class LateJoin:
         left: TimeWindow | None,
         right: TimeWindow | None,
         lateness: int,
-        both: bool,
+        kind: str,
         saved: dict[str, Any] | None,
     ) -> LateJoin:
-        state = cls(left, right, lateness, both)
+        state = cls(left, right, lateness, kind)
         if saved is not None:
             state.clock = saved["clock"]
             state.kept = {
                 side: [Arrival(t, s, item, side) for t, s, item in rows]
                 for side, rows in saved["kept"].items()
             }
-            state.published = set(saved["published"])
+            state.matched = {tuple(k) for k in saved["matched"]}
+            state.settled = {tuple(k) for k in saved["settled"]}
         return state

@@ -310,6 +310,10 @@ class Diff(Node):
     left: Node
     right: Node
     on: str
+    lateness: int = field(default=0, metadata=LATER)  # as Join's
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
 
 @dataclass(frozen=True, eq=False)

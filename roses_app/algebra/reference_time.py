@@ -14,14 +14,14 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import groupby
 
 from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
 from roses_app.algebra.eventtime import late_joined, late_windowed
-from roses_app.algebra.latejoin import LEFT, RIGHT, on_time
+from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
 from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
 from roses_app.algebra.plan import (
     Aggregate,
@@ -126,35 +126,42 @@ def _compose(
     return compose_pairs(combine, ctx.ns, pairs)
 
 
+Decided = Callable[[int], bool]  # whether an item at that time can get no new partner
+
+
 def _on_time_sides(
     ctx: Context, node: Join | Semijoin | Diff
-) -> tuple[list[RefEvent], list[RefEvent]]:
-    """Both sides' events; over publication time (:func:`late_joined`) without the
-    items too late, taken in arrival order (:func:`roses_app.algebra.latejoin.on_time`)."""
+) -> tuple[list[RefEvent], list[RefEvent], Decided]:
+    """Both sides' events, and which items surely have no new partner: in ingest time
+    those before the horizon; over publication time (:func:`late_joined`) the items
+    too late are left out, taken in arrival order, and the rule is
+    :func:`roses_app.algebra.latejoin.decided` at the last clock."""
     left, right = run(side(node.left)[0], ctx), run(side(node.right)[0], ctx)
-    if isinstance(node, Diff) or late_joined(node) is None:
-        return left, right
+    if late_joined(node) is None:
+        return left, right, lambda t: t < ctx.horizon
     sides = ((LEFT, left), (RIGHT, right))
     arrivals = [
         (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, tag))
         for tag, events in sides
         for e in events
     ]
-    kept, late = on_time(arrival_groups(arrivals), node.lateness)
+    kept, late, clock = on_time(arrival_groups(arrivals), node.lateness)
     ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in late]
     keep = set(kept)
-    return [
+    on_left, on_right = (
         [e for e in events if e.item is not None and Arrival(e.ts, e.seq, e.item, tag) in keep]
         for tag, events in sides
-    ]  # type: ignore[return-value]
+    )
+    return on_left, on_right, lambda t: decided(t, clock, node.lateness)
 
 
 def _matches(
     ctx: Context, node: Join | Semijoin | Diff
-) -> tuple[list[RefEvent], list[RefEvent], set[tuple[int, int]], set[tuple[int, int]]]:
-    """Both sides' item events, and the matching pairs (left index, right index) found
-    by left events in the right window (A) and by right events in the left window (B)."""
-    left_events, right_events = _on_time_sides(ctx, node)
+) -> tuple[list[RefEvent], list[RefEvent], set[tuple[int, int]], set[tuple[int, int]], Decided]:
+    """Both sides' item events, the matching pairs (left index, right index) found by
+    left events in the right window (A) and by right events in the left window (B),
+    and which items can get no new partner."""
+    left_events, right_events, done = _on_time_sides(ctx, node)
     lcall = WindowCall(left_events, side(node.left)[1])
     rcall = WindowCall(right_events, side(node.right)[1])
     left, right = lcall.events, rcall.events
@@ -164,7 +171,7 @@ def _matches(
         ctx, node.on, [(left[i].item or "", right[j].item or "") for i, j in candidates]
     )
     matched = {pair for pair, ok in zip(candidates, keep, strict=True) if ok}
-    return left, right, matched & by_left, matched & by_right
+    return left, right, matched & by_left, matched & by_right, done
 
 
 def _in_windows(
@@ -192,7 +199,7 @@ def _in_windows(
 
 @register
 def _join(node: Join, ctx: Context) -> list[RefEvent]:
-    left, right, via_left, via_right = _matches(ctx, node)
+    left, right, via_left, via_right, done = _matches(ctx, node)
     pairs = sorted(via_left | via_right)
     items = _compose(
         ctx, node.combine, [(left[i].item or "", right[j].item or "") for i, j in pairs]
@@ -205,25 +212,25 @@ def _join(node: Join, ctx: Context) -> list[RefEvent]:
     if node.kind in ("left", "full", "product"):
         # Diff(Window(f1), WindowCall(f2)): i·λ = i, once the left event's time is decided
         found = {i for i, _ in via_left}
-        out.update(e for i, e in enumerate(left) if i not in found and e.ts < ctx.horizon)
+        out.update(e for i, e in enumerate(left) if i not in found and done(e.ts))
     if node.kind in ("full", "product"):
         found = {j for _, j in via_right}
-        out.update(e for j, e in enumerate(right) if j not in found and e.ts < ctx.horizon)
+        out.update(e for j, e in enumerate(right) if j not in found and done(e.ts))
     return ordered(out)
 
 
 @register
 def _semijoin(node: Semijoin, ctx: Context) -> list[RefEvent]:
-    left, _, via_left, _ = _matches(ctx, node)
+    left, _, via_left, _, _ = _matches(ctx, node)
     found = {i for i, _ in via_left}
     return [e for i, e in enumerate(left) if i in found]
 
 
 @register
 def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
-    left, _, via_left, _ = _matches(ctx, node)
+    left, _, via_left, _, done = _matches(ctx, node)
     found = {i for i, _ in via_left}
-    return [e for i, e in enumerate(left) if i not in found and e.ts < ctx.horizon]
+    return [e for i, e in enumerate(left) if i not in found and done(e.ts)]
 
 
 # -- delta -----------------------------------------------------------------------------

@@ -185,26 +185,24 @@ def _timed_side(left: Node, right: Node) -> Node:
 
 
 def _product(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("left", "right"), optional=("combine",))
+    args = ctx.arguments(value, required=("left", "right"), optional=("combine", "lateness"))
     left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
     combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
     if left is None or right is None or ("combine" in args and combine is None):
         return None
-    return Join(left, right, "product", "true()", combine, origin=ctx.origin)
+    lateness, _ = _lateness(ctx, args, _timed_side(left, right))
+    return Join(left, right, "product", "true()", combine, lateness, origin=ctx.origin)
 
 
 def _matching(node_type: type[Semijoin | Diff]) -> Builder:
     def build(ctx: OperatorContext, value: Marked) -> Node | None:
-        optional = ("lateness",) if node_type is Semijoin else ()
-        args = ctx.arguments(value, required=("left", "right", "on"), optional=optional)
+        args = ctx.arguments(value, required=("left", "right", "on"), optional=("lateness",))
         left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
         on = _observer(ctx, args, required=True)
         if left is None or right is None or on is None:
             return None
-        if node_type is Semijoin:
-            lateness, _ = _lateness(ctx, args, _timed_side(left, right))
-            return Semijoin(left, right, on, lateness, origin=ctx.origin)
-        return node_type(left, right, on, origin=ctx.origin)
+        lateness, _ = _lateness(ctx, args, _timed_side(left, right))
+        return node_type(left, right, on, lateness, origin=ctx.origin)
 
     return build
 

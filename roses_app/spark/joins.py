@@ -419,5 +419,7 @@ def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
 
 @register
 def _diff(node: Diff, ctx: LowerContext) -> DataFrame:
+    if late_joined(node) is not None:
+        return late_join_frame(node, ctx)
     s = sides(node, ctx)
     return without_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))

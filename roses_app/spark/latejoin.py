@@ -1,4 +1,4 @@
-"""Spark lowering of an inner join or a semijoin over publication time: the rule of
+"""Spark lowering of a join, semijoin or difference over publication time: the rule of
 :mod:`roses_app.algebra.latejoin`, run by one ``transformWithStateInPandas`` operator.
 
 Spark's stream-stream joins bound their state by a watermark on the joined columns,
@@ -25,9 +25,9 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import JoinSides, late_joined
-from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin
+from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
 from roses_app.algebra.lateness import Arrival, arrival_groups, tally_key
-from roses_app.algebra.plan import Join, Semijoin
+from roses_app.algebra.plan import Diff, Join, Semijoin
 from roses_app.spark import udfs
 from roses_app.spark.late import output_frame
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
@@ -43,7 +43,7 @@ class LateJoinProcessor(StatefulProcessor):
 
     def __init__(
         self,
-        node: Join | Semijoin,
+        node: Join | Semijoin | Diff,
         sides: JoinSides,
         namespaces: Namespaces,
         on_error: udfs.ErrorHook,
@@ -64,7 +64,7 @@ class LateJoinProcessor(StatefulProcessor):
         node = self.node
         stored = self.state.get() if self.state.exists() else None
         saved = json.loads(stored[0]) if stored is not None else None
-        join = LateJoin.load(*self.specs, node.lateness, isinstance(node, Join), saved)
+        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), saved)
         planned = join.advance(arrival_groups(read_sides(rows)))
         from roses_app.xmlfn.pairs import late_join_results
 
@@ -91,7 +91,7 @@ def read_sides(frames: Iterator[pd.DataFrame]) -> list[tuple[int, Arrival]]:
     return out
 
 
-def late_join_frame(node: Join | Semijoin, ctx: LowerContext) -> DataFrame:
+def late_join_frame(node: Join | Semijoin | Diff, ctx: LowerContext) -> DataFrame:
     """The results of ``node`` over publication time: see the module doc."""
     sides = late_joined(node)
     assert sides is not None

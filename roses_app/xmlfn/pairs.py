@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from roses_app.algebra.latejoin import LateJoin
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Join, Semijoin, XQuery
+from roses_app.algebra.plan import Diff, Join, Semijoin, XQuery
 from roses_app.xmlfn.batch import OnError, observe2_batch
 from roses_app.xmlfn.stamp import compose_items
 from roses_app.xmlfn.xpath import Namespaces
@@ -36,27 +36,30 @@ def compose_pairs(
 
 
 def late_join_results(
-    node: Join | Semijoin,
+    node: Join | Semijoin | Diff,
     join: LateJoin,
     pairs: Sequence[tuple[Arrival, Arrival]],
     namespaces: Namespaces,
     on_error: OnError | None = None,
 ) -> list[tuple[int, int, str]]:
-    """(ts, seq, item) of the candidate pairs of a join over publication time that
-    ``on`` keeps: a join's composed items at the later of the two times (the larger
-    seq), a semijoin's left items, each once (then marked published in ``join``)."""
+    """(ts, seq, item) of what an operator over publication time publishes after an
+    arrival batch planned ``pairs``: a join's composed pairs that ``on`` keeps, at the
+    later of the two times (the larger seq), or a semijoin's left items at their
+    first partner; then the items now decided to have none (:meth:`LateJoin.settle`)."""
     texts = [(a.item or "", b.item or "") for a, b in pairs]
     keep = observe_pairs(node.on, namespaces, texts, on_error)
     matched = [pair for pair, ok in zip(pairs, keep, strict=True) if ok]
+    first = join.found(matched)
+    out: list[tuple[int, int, str]] = []
     if isinstance(node, Semijoin):
-        lefts = {(a.time, a.seq, a.item or ""): a.seq for a, _ in matched}
-        join.mark_published(lefts.values())
-        return sorted(lefts)
-    items = compose_pairs(
-        node.combine, namespaces, [(a.item or "", b.item or "") for a, b in matched], on_error
-    )
-    return [
-        (max(a.time, b.time), max(a.seq, b.seq), item)
-        for (a, b), item in zip(matched, items, strict=True)
-        if item is not None
-    ]
+        out = [(a.time, a.seq, a.item or "") for a in first]
+    elif isinstance(node, Join):
+        items = compose_pairs(
+            node.combine, namespaces, [(a.item or "", b.item or "") for a, b in matched], on_error
+        )
+        out = [
+            (max(a.time, b.time), max(a.seq, b.seq), item)
+            for (a, b), item in zip(matched, items, strict=True)
+            if item is not None
+        ]
+    return out + [(a.time, a.seq, a.item or "") for a in join.settle()]
