@@ -51,7 +51,25 @@ STATE_DDL = "state STRING"
 OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
 
 
-class LateProcessor(StatefulProcessor):
+class JsonStateProcessor(StatefulProcessor):
+    """A processor under one constant key whose state is one JSON value."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState(STATE, STATE_DDL)
+
+    def load_state(self) -> Any:
+        """The value saved by the last micro-batch (None before the first)."""
+        stored = self.state.get() if self.state.exists() else None
+        return json.loads(stored[0]) if stored is not None else None
+
+    def save_state(self, value: Any) -> None:
+        self.state.update((json.dumps(value),))
+
+    def close(self) -> None:
+        """Nothing to release: the state lives in the state store."""
+
+
+class LateProcessor(JsonStateProcessor):
     """One operator's :class:`LateWindows`, micro-batch after micro-batch."""
 
     def __init__(
@@ -68,23 +86,18 @@ class LateProcessor(StatefulProcessor):
         self.on_error = on_error
         self.tallies = tallies
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState(STATE, STATE_DDL)
-
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         from roses_app.xmlfn.reduce import advance_windows
 
         node = self.node
-        stored = self.state.get() if self.state.exists() else None
-        saved = json.loads(stored[0]) if stored is not None else None
-        windows = LateWindows.load(self.spec, node.lateness, node.report, saved)
+        windows = LateWindows.load(self.spec, node.lateness, node.report, self.load_state())
         groups = arrival_groups(read_arrivals(rows, isinstance(node, GroupBy)))
         planned, settled, published = advance_windows(
             windows, groups, node.reduce, self.namespaces, node.stream, self.on_error
         )
-        self.state.update((json.dumps(windows.dump()),))
+        self.save_state(windows.dump())
         revised = sum(1 for e, _ in published if e.revision)
         if self.tallies is not None and (planned.late or settled.unchanged or revised):
             self.tallies.add(
@@ -99,9 +112,6 @@ class LateProcessor(StatefulProcessor):
             out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
         if out:
             yield output_frame(out)
-
-    def close(self) -> None:
-        """Nothing to release: the state lives in the state store."""
 
 
 def read_arrivals(frames: Iterator[pd.DataFrame], keyed: bool) -> list[tuple[int, Arrival]]:

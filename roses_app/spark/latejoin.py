@@ -13,7 +13,6 @@ lateness are counted under ``late:STREAM``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +20,6 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import JoinSides, late_joined
@@ -29,16 +27,14 @@ from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
 from roses_app.algebra.lateness import Arrival, arrival_groups, tally_key
 from roses_app.algebra.plan import Diff, Join, Semijoin
 from roses_app.spark import udfs
-from roses_app.spark.late import output_frame
+from roses_app.spark.late import JsonStateProcessor, output_frame
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
 KEY = "join_key"
-STATE = "join"
-STATE_DDL = "state STRING"
 OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
 
 
-class LateJoinProcessor(StatefulProcessor):
+class LateJoinProcessor(JsonStateProcessor):
     """One join's :class:`LateJoin`, micro-batch after micro-batch."""
 
     def __init__(
@@ -55,28 +51,20 @@ class LateJoinProcessor(StatefulProcessor):
         self.on_error = on_error
         self.tallies = tallies
 
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState(STATE, STATE_DDL)
-
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        node = self.node
-        stored = self.state.get() if self.state.exists() else None
-        saved = json.loads(stored[0]) if stored is not None else None
-        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), saved)
-        planned = join.advance(arrival_groups(read_sides(rows)))
         from roses_app.xmlfn.pairs import late_join_results
 
+        node = self.node
+        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), self.load_state())
+        planned = join.advance(arrival_groups(read_sides(rows)))
         out = late_join_results(node, join, planned.pairs, self.namespaces, self.on_error)
-        self.state.update((json.dumps(join.dump()),))
+        self.save_state(join.dump())
         if self.tallies is not None and planned.late:
             self.tallies.add({tally_key("late", node.origin.stream): len(planned.late)})
         if out:
             yield output_frame([(ts, seq, item, "") for ts, seq, item in out])
-
-    def close(self) -> None:
-        """Nothing to release: the state lives in the state store."""
 
 
 def read_sides(frames: Iterator[pd.DataFrame]) -> list[tuple[int, Arrival]]:
