@@ -1,7 +1,8 @@
 """A daily digest over publication time, through the daemon: items of a feed come
 out of order, the digest of each day is published once the day is over, published
 again in place when a late item changes it, and items later than the lateness go to
-the stream's late feed (seed 001)."""
+the stream's late feed (seed 001).  And a join over publication time: a late item
+within the lateness still finds its partner, one beyond it is counted."""
 
 from __future__ import annotations
 
@@ -116,3 +117,54 @@ def test_a_late_item_updates_its_day_in_place_and_a_too_late_one_goes_to_the_lat
 
     docs = [tmp_path / "public" / n for n in sorted(names) if n.endswith((".rss", ".atom"))]
     assert validate(docs) == {str(d): [] for d in docs}
+
+
+JOIN_CONFIG = """
+settings: {data_dir: ./data}
+sources:
+  wire: {feed: "file:wire.xml", time: published}
+  blog: {feed: "file:blog.xml", time: published}
+streams:
+  related:
+    join:
+      left: {window: {from: wire, time: 3d}}
+      right: {window: {from: blog, time: 3d}}
+      on: "$i1/title = $i2/title"
+      lateness: 7d
+    publish: {title: "Wire stories the blog covered"}
+"""
+
+
+@pytest.mark.spark
+def test_a_join_over_publication_time_pairs_a_late_item_and_counts_a_too_late_one(
+    tmp_path: Path, spark: object
+) -> None:
+    from roses_app.daemon import Daemon
+
+    (tmp_path / "feeds.yaml").write_text(JOIN_CONFIG)
+    now = datetime.now(UTC)
+
+    def ago(days: int) -> datetime:
+        return now - timedelta(days=days)
+
+    def run() -> tuple[list[str], dict[str, Any]]:
+        daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
+        try:
+            daemon.once()
+            items = [e.item for e in daemon.store.latest("related", "", 50)]
+            return items, daemon.health()
+        finally:
+            daemon.close()
+
+    (tmp_path / "wire.xml").write_text(feed([("volcano", ago(2)), ("storm", ago(2))]))
+    (tmp_path / "blog.xml").write_text(feed([("volcano", ago(1))]))
+    items, _ = run()
+    assert len(items) == 1 and items[0].startswith("<item><title>volcano</title>")
+    # the blog's story on the storm is older than the last item seen, within the
+    # lateness: it still meets the wire's; one 20 days old is too late
+    (tmp_path / "blog.xml").write_text(
+        feed([("storm", ago(3)), ("flood", ago(20)), ("volcano", ago(1))])
+    )
+    items, health = run()
+    assert len(items) == 2 and any(i.startswith("<item><title>storm</title>") for i in items)
+    assert health["late_items_per_stream"] == {"related": 1}
