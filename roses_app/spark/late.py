@@ -52,7 +52,18 @@ OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
 
 
 class JsonStateProcessor(StatefulProcessor):
-    """A processor under one constant key whose state is one JSON value."""
+    """A processor under one constant key whose state is one JSON value, running item
+    functions (their failures go to ``on_error``) and counting in ``tallies``."""
+
+    def __init__(
+        self,
+        namespaces: Namespaces,
+        on_error: udfs.ErrorHook,
+        tallies: Accumulator[dict[str, int]] | None,
+    ) -> None:
+        self.namespaces = namespaces
+        self.on_error = on_error
+        self.tallies = tallies
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState(STATE, STATE_DDL)
@@ -80,11 +91,9 @@ class LateProcessor(JsonStateProcessor):
         on_error: udfs.ErrorHook,
         tallies: Accumulator[dict[str, int]] | None,
     ) -> None:
+        super().__init__(namespaces, on_error, tallies)
         self.node = node
         self.spec = spec
-        self.namespaces = namespaces
-        self.on_error = on_error
-        self.tallies = tallies
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -93,7 +102,7 @@ class LateProcessor(JsonStateProcessor):
 
         node = self.node
         windows = LateWindows.load(self.spec, node.lateness, node.report, self.load_state())
-        groups = arrival_groups(read_arrivals(rows, isinstance(node, GroupBy)))
+        groups = arrival_groups(read_arrivals(rows, "key" if isinstance(node, GroupBy) else None))
         planned, settled, published = advance_windows(
             windows, groups, node.reduce, self.namespaces, node.stream, self.on_error
         )
@@ -114,17 +123,19 @@ class LateProcessor(JsonStateProcessor):
             yield output_frame(out)
 
 
-def read_arrivals(frames: Iterator[pd.DataFrame], keyed: bool) -> list[tuple[int, Arrival]]:
+def read_arrivals(frames: Iterator[pd.DataFrame], key: str | None) -> list[tuple[int, Arrival]]:
     """(ingest time, arrival) of each input row: an item at its publication time (or
-    its ingest time), a heartbeat at its time; γ's items without a key go nowhere."""
+    its ingest time), a heartbeat at its time; with a ``key`` column (γ's key, a
+    join's side) in ``Arrival.key``, and an item without one goes nowhere."""
     out: list[tuple[int, Arrival]] = []
     for frame in frames:
-        columns = [frame[c].tolist() for c in ("ts", "seq", "item", "event", "key")]
-        for ts, seq, item, event, key in zip(*columns, strict=True):
-            if keyed and item is not None and key is None:
+        names = ("ts", "seq", "item", "event", key or "event")
+        columns = [frame[c].tolist() for c in names]
+        for ts, seq, item, event, found in zip(*columns, strict=True):
+            if key is not None and item is not None and found is None:
                 continue
             when = int(ts) if event is None or pd.isna(event) else int(event)
-            out.append((int(ts), Arrival(when, int(seq), item, key if keyed else None)))
+            out.append((int(ts), Arrival(when, int(seq), item, found if key else None)))
     return out
 
 

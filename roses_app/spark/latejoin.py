@@ -24,10 +24,10 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import JoinSides, late_joined
 from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
-from roses_app.algebra.lateness import Arrival, arrival_groups, tally_key
+from roses_app.algebra.lateness import arrival_groups, tally_key
 from roses_app.algebra.plan import Diff, Join, Semijoin
 from roses_app.spark import udfs
-from roses_app.spark.late import JsonStateProcessor, output_frame
+from roses_app.spark.late import JsonStateProcessor, output_frame, read_arrivals
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
 KEY = "join_key"
@@ -45,11 +45,9 @@ class LateJoinProcessor(JsonStateProcessor):
         on_error: udfs.ErrorHook,
         tallies: Accumulator[dict[str, int]] | None,
     ) -> None:
+        super().__init__(namespaces, on_error, tallies)
         self.node = node
         self.specs = (sides[1], sides[3])
-        self.namespaces = namespaces
-        self.on_error = on_error
-        self.tallies = tallies
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -58,25 +56,13 @@ class LateJoinProcessor(JsonStateProcessor):
 
         node = self.node
         join = LateJoin.load(*self.specs, node.lateness, join_kind(node), self.load_state())
-        planned = join.advance(arrival_groups(read_sides(rows)))
+        planned = join.advance(arrival_groups(read_arrivals(rows, "side")))
         out = late_join_results(node, join, planned.pairs, self.namespaces, self.on_error)
         self.save_state(join.dump())
         if self.tallies is not None and planned.late:
             self.tallies.add({tally_key("late", node.origin.stream): len(planned.late)})
         if out:
             yield output_frame([(ts, seq, item, "") for ts, seq, item in out])
-
-
-def read_sides(frames: Iterator[pd.DataFrame]) -> list[tuple[int, Arrival]]:
-    """(ingest time, arrival) of each input row, its side in ``Arrival.key``: an item
-    at its publication time (or its ingest time), a heartbeat at its time."""
-    out: list[tuple[int, Arrival]] = []
-    for frame in frames:
-        columns = [frame[c].tolist() for c in ("ts", "seq", "item", "event", "side")]
-        for ts, seq, item, event, side in zip(*columns, strict=True):
-            when = int(ts) if event is None or pd.isna(event) else int(event)
-            out.append((int(ts), Arrival(when, int(seq), item, side)))
-    return out
 
 
 def late_join_frame(node: Join | Semijoin | Diff, ctx: LowerContext) -> DataFrame:
