@@ -59,9 +59,9 @@ def pairs_at(
 
 
 def decided(t: int, clock: int | None, lateness: int) -> bool:
-    """Whether an item at ``t`` can get no new partner any more: every item still on
-    time is after it (its partners' times are at most its own, windows being
-    backwards)."""
+    """Whether an item at ``t`` can get no new partner that counts for it (a left
+    item's in its right window, a right item's in its left window: windows look back,
+    so at most at ``t``): every item still on time is after it."""
     return clock is not None and t < clock - lateness
 
 
