@@ -115,18 +115,30 @@ def plan_tails(
     return Tails(tuple(heads.items()), program, streams_of, tuple(direct))
 
 
-def operator_count(streams: Iterable[Stream]) -> Iterator[tuple[Stream, int]]:
+def _copies_of_heads(streams: Iterable[Stream]) -> Iterator[tuple[Stream, Node]]:
+    """Each head Spark runs a copy of, with the stream that brings it: a head once
+    however many streams read it, but a head that publishes its late items once per
+    stream (those streams are lowered on their own)."""
+    stateless: dict[Node, bool] = {}
+    seen: set[Node] = set()
+    for stream in streams:
+        for head in split_tail(stream.plan, stateless)[1]:
+            if head not in seen or publishes_late(head):
+                seen.add(head)
+                yield stream, head
+
+
+def operator_count(streams: Sequence[Stream]) -> Iterator[tuple[Stream, int]]:
     """Each stream with the number of stateful operators Spark runs for it and the
     streams before it (see :func:`spark_copies`)."""
     stateless: dict[Node, bool] = {}
-    counted: set[Node] = set()
+    brought: dict[int, int] = {}  # id(stream) -> the operators its new heads add
+    for stream, head in _copies_of_heads(streams):
+        added = sum(_paths_from(head, stateless).values())
+        brought[id(stream)] = brought.get(id(stream), 0) + added
     total = 0
     for stream in streams:
-        for head in split_tail(stream.plan, stateless)[1]:
-            if head in counted and not publishes_late(head):
-                continue
-            counted.add(head)
-            total += sum(_paths_from(head, stateless).values())
+        total += brought.get(id(stream), 0)
         yield stream, total
 
 
@@ -135,15 +147,10 @@ def spark_copies(streams: Iterable[Stream]) -> dict[Node, int]:
     per path to it from a head (a query is a tree), each head once (a head that
     publishes late items once per stream reading it)."""
     stateless: dict[Node, bool] = {}
-    uses: dict[Node, int] = {}
-    for stream in streams:
-        for head in split_tail(stream.plan, stateless)[1]:
-            if head not in uses or publishes_late(head):
-                uses[head] = uses.get(head, 0) + 1
     copies: dict[Node, int] = {}
-    for head, times in uses.items():
+    for _, head in _copies_of_heads(streams):
         for node, paths in _paths_from(head, stateless).items():
-            copies[node] = copies.get(node, 0) + times * paths
+            copies[node] = copies.get(node, 0) + paths
     return copies
 
 

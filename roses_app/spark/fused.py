@@ -40,13 +40,13 @@ FUSED_SCHEMA = pa.schema(
 )
 
 
-def to_batch(rows: Sequence[Sequence[object]]) -> pa.RecordBatch:
-    """Output rows as an Arrow batch of the stage's schema."""
+def to_batch(rows: Sequence[Sequence[object]], schema: pa.Schema = FUSED_SCHEMA) -> pa.RecordBatch:
+    """Output rows as an Arrow batch of ``schema`` (default: the stage's)."""
     if not rows:
-        return pa.RecordBatch.from_pylist([], schema=FUSED_SCHEMA)
+        return pa.RecordBatch.from_pylist([], schema=schema)
     columns = zip(*rows, strict=True)
-    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, FUSED_SCHEMA, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=FUSED_SCHEMA)
+    arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 TAIL_INPUT = ("source", "ts", "seq", "item")
@@ -132,10 +132,6 @@ def tail_frame(
                 for index in outputs
                 for stream in names[index]
             ]
-            columns: list[Sequence[object]] = [[] for _ in TAIL_SCHEMA]
-            if out:
-                columns = list(zip(*out, strict=True))
-            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, TAIL_SCHEMA, strict=True)]
-            yield pa.RecordBatch.from_arrays(arrays, schema=TAIL_SCHEMA)
+            yield to_batch(out, TAIL_SCHEMA)
 
     return heads.select(*TAIL_INPUT).mapInArrow(run, TAIL_DDL).select(*OUTPUT_COLUMNS)

@@ -41,7 +41,7 @@ from roses_app.algebra.lateness import (
     arrival_groups,
     tally_key,
 )
-from roses_app.algebra.plan import Aggregate, GroupBy
+from roses_app.algebra.plan import Aggregate, GroupBy, Node
 from roses_app.spark import udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
@@ -152,16 +152,23 @@ def output_frame(rows: list[tuple[int, int, str, str]]) -> pd.DataFrame:
     )
 
 
+def timed_input(node: Node, below: Node, ctx: LowerContext) -> DataFrame:
+    """The frontier rows of ``below``, an input of ``node``, with their ``event`` time
+    (null over ingest time: the time is then the ingest time ``ts``)."""
+    frame = ctx.computed.get(below)
+    if frame is None:
+        raise TypeError(f"{node.origin}: its input is not read from the frontier log")
+    if "event" not in frame.columns:
+        frame = frame.withColumn("event", F.lit(None).cast("bigint"))
+    return frame
+
+
 def late_frame(node: Aggregate | GroupBy, ctx: LowerContext) -> DataFrame:
     """The published results (and late items) of ``node``: see the module doc."""
     found = late_windowed(node)
     assert found is not None
     below, spec = found
-    frame = ctx.computed.get(below)
-    if frame is None:
-        raise TypeError(f"{node.origin}: its input is not read from the frontier log")
-    if "event" not in frame.columns:  # in ingest time: the time is the ingest time
-        frame = frame.withColumn("event", F.lit(None).cast("bigint"))
+    frame = timed_input(node, below, ctx)
     if isinstance(node, GroupBy):
         split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
         frame = frame.withColumn("key", split(F.col("item")))

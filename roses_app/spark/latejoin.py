@@ -27,11 +27,16 @@ from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
 from roses_app.algebra.lateness import arrival_groups, tally_key
 from roses_app.algebra.plan import Diff, Join, Semijoin
 from roses_app.spark import udfs
-from roses_app.spark.late import JsonStateProcessor, output_frame, read_arrivals
+from roses_app.spark.late import (
+    OUTPUT_DDL,
+    JsonStateProcessor,
+    output_frame,
+    read_arrivals,
+    timed_input,
+)
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
 KEY = "join_key"
-OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
 
 
 class LateJoinProcessor(JsonStateProcessor):
@@ -71,11 +76,7 @@ def late_join_frame(node: Join | Semijoin | Diff, ctx: LowerContext) -> DataFram
     assert sides is not None
     tagged = []
     for below, tag in ((sides[0], LEFT), (sides[2], RIGHT)):
-        frame = ctx.computed.get(below)
-        if frame is None:
-            raise TypeError(f"{node.origin}: its input is not read from the frontier log")
-        if "event" not in frame.columns:  # in ingest time: the time is the ingest time
-            frame = frame.withColumn("event", F.lit(None).cast("bigint"))
+        frame = timed_input(node, below, ctx)
         columns = ("ts", "seq", "item", "event")
         tagged.append(frame.select(F.lit(0).alias(KEY), *columns, F.lit(tag).alias("side")))
     processor = LateJoinProcessor(node, sides, ctx.namespaces, ctx.on_error(node), ctx.errors)
