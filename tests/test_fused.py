@@ -157,3 +157,21 @@ def test_each_item_is_parsed_once_and_a_mutator_called_once_per_batch(monkeypatc
     assert len(parsed) == len(set(parsed)) == 2 * len(items)
     assert calls == [8]  # the mutator: one call for the whole batch
     assert got == reference_outputs(streams, events)
+
+
+def test_observers_the_presearcher_decides_are_never_compiled() -> None:
+    from roses_app.xmlfn.fused import compiled
+
+    streams = [
+        Stream(f"sub{n}", Filter(Source("a"), f"contains(lower-case(title), 'w{n}')"))
+        for n in range(30)
+    ] + [Stream("long", Filter(Source("a"), "string-length(title) > 7"))]
+    events = [
+        RefInput("a", k, k + 1, f"<item><title>W{k} w{k + 3}</title></item>") for k in range(12)
+    ]
+    program = build_program([(s.plan, s.name) for s in streams])
+    assert fused_outputs(streams, events, presearch=True) == reference_outputs(streams, events)
+    functions = compiled(program).functions
+    # only the observer the presearcher cannot decide had to be evaluated, so compiled
+    assert [program.steps[n].arg for n in functions] == ["string-length(title) > 7"]
+    assert len(functions.makers) == 31

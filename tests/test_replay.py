@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from roses_app.config import load_config
 from roses_app.replay import (
@@ -98,3 +100,15 @@ def test_output_lines_are_what_json_dumps_writes(tmp_path: Path, iso: bool) -> N
 
     assert (tmp_path / "one.jsonl").read_text(encoding="utf-8") == lines(events)
     assert (tmp_path / "two" / "x.jsonl").read_text(encoding="utf-8") == lines(events[:1])
+
+
+@given(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",))),
+    st.integers(-(2**62), 2**62),
+)
+def test_any_item_text_comes_out_as_json_dumps_writes_it(text: str, ts: int) -> None:
+    from roses_app.algebra.reference_registry import RefEvent
+    from roses_app.replay import output_line
+
+    expected = json.dumps({"ts": ts, "item": text}, ensure_ascii=False) + "\n"
+    assert output_line(RefEvent(ts, 1, text), False) == expected.encode("utf-8")

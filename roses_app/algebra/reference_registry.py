@@ -31,7 +31,12 @@ class RefEvent:
     item: str | None
 
     def __lt__(self, other: RefEvent) -> bool:
-        return (self.ts, self.seq, self.item or "") < (other.ts, other.seq, other.item or "")
+        return event_order(self) < event_order(other)
+
+
+def event_order(event: RefEvent) -> tuple[int, int, str]:
+    """The order of events (a sort key: far cheaper than ``__lt__`` per comparison)."""
+    return (event.ts, event.seq, event.item or "")
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def horizon_of(inputs: Sequence[RefInput], lateness: int = 0) -> int:
 
 
 def ordered(events: Iterable[RefEvent]) -> list[RefEvent]:
-    return sorted(events)
+    return sorted(events, key=event_order)
 
 
 def items_only(events: Iterable[RefEvent]) -> list[RefEvent]:

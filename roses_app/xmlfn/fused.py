@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lxml import etree
@@ -81,6 +82,21 @@ class Val:
 
 
 Values = dict[int, list[Val]]  # input row -> the items of that row at a step
+ItemFunction = Callable[[etree._Element], Any]
+
+
+class LazyFunctions(dict[int, ItemFunction]):
+    """Step -> its item function, compiled at its first use: the presearcher decides
+    most filters exactly, and compiling ten thousand observers nobody evaluates cost
+    seconds in every worker process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.makers: dict[int, Callable[[], ItemFunction]] = {}
+
+    def __missing__(self, step: int) -> ItemFunction:
+        made = self[step] = self.makers[step]()
+        return made
 
 
 @dataclass
@@ -88,7 +104,7 @@ class Compiled:
     """A program's functions, compiled once per worker process."""
 
     program: Program
-    functions: dict[int, Callable[[etree._Element], Any]] = field(default_factory=dict)
+    functions: LazyFunctions = field(default_factory=LazyFunctions)
     presearchers: dict[int, Presearcher[int]] = field(default_factory=dict)
     # a step read by filters with a presearcher -> those filters
     searched: dict[int, list[int]] = field(default_factory=dict)
@@ -118,19 +134,20 @@ def _compile(program: Program, presearch: bool) -> Compiled:
     ns = program.namespaces
     readers: dict[int, list[int]] = {}
     pure = _pure_steps(program)
+    makers = out.functions.makers
     for n, step in enumerate(program.steps):
         if step.kind == "source":
             out.sources.setdefault(step.arg, []).append(n)
         elif step.kind == "filter":
-            out.functions[n] = observer_fn(step.arg, ns)
+            makers[n] = partial(observer_fn, step.arg, ns)
             if step.inputs[0] in pure:
                 out.raw_sources[n] = pure[step.inputs[0]]
             else:
                 readers.setdefault(step.inputs[0], []).append(n)
         elif step.kind == "map" and step.xquery is None:
-            out.functions[n] = accessor_fn(step.arg, ns)
+            makers[n] = partial(accessor_fn, step.arg, ns)
         elif step.kind == "split":
-            out.functions[n] = splitter_fn(step.arg, ns)
+            makers[n] = partial(splitter_fn, step.arg, ns)
     if presearch:
         from roses_app.xmlfn.presearch import Presearcher
 
@@ -265,8 +282,10 @@ class Run:
     def _applied(self, n: int, step: Step, upstream: Values) -> dict[int, list[tuple[Any, Val]]]:
         """The step's function of each item, per row: (result, item) pairs for the
         results that are not None; an item on which it fails is reported, dropped."""
-        function = self.code.functions[n]
         out: dict[int, list[tuple[Any, Val]]] = {}
+        if not upstream:
+            return out  # nothing to evaluate: the function need not be compiled
+        function = self.code.functions[n]
         for row, vals in upstream.items():
             for val in vals:
                 try:

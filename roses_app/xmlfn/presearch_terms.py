@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any, NamedTuple
 
-from roses_app.xmlfn.xpath import Namespaces, compile_xpath
+from roses_app.xmlfn.xpath import Namespaces, syntax_tree
 
 WHOLE_ITEM = "."
 # Joins the values of a multi-valued field: XML text never holds U+0000, and no term
@@ -135,8 +135,7 @@ def analyse(expr: str, namespaces: Namespaces = ()) -> Analysis:
 
 
 def _analyse_expr(expr: str, namespaces: Namespaces) -> _Analysis:
-    compiled = compile_xpath(expr, namespaces)
-    return _analyse(compiled.root_token, compiled.parser)
+    return _analyse(*syntax_tree(expr, namespaces))
 
 
 def _is_function(token: Any, name: str, arity: int) -> bool:

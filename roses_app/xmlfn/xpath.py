@@ -111,13 +111,7 @@ def compile_xpath(
     ``variables`` are the names the expression may refer to (``i``; ``i1``, ``i2``;
     ``items``); any other variable is a static error (XPST0008).
     """
-    parser = XPath31Parser(
-        namespaces=namespace_map(namespaces),
-        variable_types={name: "item()*" for name in variables},
-        # the standard default, whatever the process locale: elementpath would otherwise
-        # take LC_COLLATE (and its locale collations hold a global lock)
-        default_collation=CODEPOINT_COLLATION,
-    )
+    parser = _parser(namespaces, variables)
     try:
         token = parser.parse(expr)
     except elementpath.ElementPathError as exc:
@@ -129,6 +123,31 @@ def compile_xpath(
         # the cause carries the bare message, as elementpath's errors do
         raise ExpressionError(f"XPath error in {expr!r}: {detail}") from ExpressionError(detail)
     return CompiledXPath(expr, parser, token)
+
+
+def syntax_tree(expr: str, namespaces: Namespaces = ()) -> tuple[Any, XPath31Parser]:
+    """The parsed expression (root token, parser) to inspect, not to keep: it comes
+    from this thread's parser for ``namespaces``, reused for the next expression.
+    Building a parser costs as much as parsing a short observer, and a presearcher
+    inspects thousands."""
+    parsers: dict[Namespaces, XPath31Parser] = _local.__dict__.setdefault("xpath_parsers", {})
+    parser = parsers.get(namespaces)
+    if parser is None:
+        parser = parsers[namespaces] = _parser(namespaces, ITEM_VARIABLES)
+    try:
+        return parser.parse(expr), parser
+    except elementpath.ElementPathError as exc:
+        raise ExpressionError(f"XPath syntax error in {expr!r}: {exc}") from exc
+
+
+def _parser(namespaces: Namespaces, variables: tuple[str, ...]) -> XPath31Parser:
+    return XPath31Parser(
+        namespaces=namespace_map(namespaces),
+        variable_types={name: "item()*" for name in variables},
+        # the standard default, whatever the process locale: elementpath would otherwise
+        # take LC_COLLATE (and its locale collations hold a global lock)
+        default_collation=CODEPOINT_COLLATION,
+    )
 
 
 def _free_variables(token: Any) -> set[str]:
