@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from roses_app.config.yamlmarks import Marked, describe, load
 
 
@@ -130,3 +135,44 @@ def test_describe() -> None:
     assert describe(Marked([], 1)) == "a list"
     assert describe(Marked({}, 1)) == "a mapping"
     assert describe(None) == "nothing"
+
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = sorted(
+    p for p in REPO.glob("**/*.yaml") if ".venv" not in p.parts and ".git" not in p.parts
+)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(REPO)))
+def test_libyaml_and_pure_python_read_every_config_alike(path: Path, monkeypatch: Any) -> None:
+    from roses_app.config import yamlmarks
+
+    assert yamlmarks.HAVE_LIBYAML  # the wheels ship libyaml: the fast path is the one run
+    text = path.read_text(encoding="utf-8")
+    fast_problems: list[tuple[int, str]] = []
+    fast = load(text, lambda line, message: fast_problems.append((line, message)))
+    monkeypatch.setattr(yamlmarks, "HAVE_LIBYAML", False)
+    pure_problems: list[tuple[int, str]] = []
+    pure = load(text, lambda line, message: pure_problems.append((line, message)))
+    assert _flat(fast) == _flat(pure)  # values, lines of values and keys, scalars as written
+    assert fast_problems == pure_problems
+
+
+def _flat(marked: Marked | None) -> object:
+    """A Marked tree as plain values (Marked compares by identity)."""
+    if marked is None:
+        return None
+    value = marked.value
+    if isinstance(value, dict):
+        value = {key: _flat(child) for key, child in value.items()}
+    elif isinstance(value, list):
+        value = [_flat(child) for child in value]
+    return (value, marked.line, marked.key_lines, marked.text)
+
+
+def test_a_syntax_error_keeps_pyyaml_s_message_and_line() -> None:
+    problems: list[tuple[int, str]] = []
+    assert load("streams:\n  a: [1, 2\n  b: 3\n", lambda *p: problems.append(p)) is None
+    # libyaml finds it first; the message shown is PyYAML's, which the tests above pin
+    assert problems and problems[0][1].startswith("YAML syntax error: ")
+    assert "while parsing a flow sequence" in problems[0][1]

@@ -112,6 +112,26 @@ def compile_xpath(
     ``items``); any other variable is a static error (XPST0008).
     """
     parser = _parser(namespaces, variables)
+    return CompiledXPath(expr, parser, _parsed(parser, expr, variables))
+
+
+def syntax_tree(
+    expr: str, namespaces: Namespaces = (), variables: tuple[str, ...] = ITEM_VARIABLES
+) -> tuple[Any, XPath31Parser]:
+    """The parsed expression (root token, parser) to inspect, not to keep: it comes
+    from this thread's parser for ``namespaces`` and ``variables``, reused for the
+    next expression.  Building a parser costs as much as parsing a short observer,
+    and a config or a presearcher has thousands.  Errors as :func:`compile_xpath`."""
+    parsers: dict[tuple[Namespaces, tuple[str, ...]], XPath31Parser] = _local.__dict__.setdefault(
+        "xpath_parsers", {}
+    )
+    parser = parsers.get((namespaces, variables))
+    if parser is None:
+        parser = parsers[namespaces, variables] = _parser(namespaces, variables)
+    return _parsed(parser, expr, variables), parser
+
+
+def _parsed(parser: XPath31Parser, expr: str, variables: tuple[str, ...]) -> Any:
     try:
         token = parser.parse(expr)
     except elementpath.ElementPathError as exc:
@@ -122,22 +142,7 @@ def compile_xpath(
         detail = f"[err:XPST0008] unknown variable ${unknown[0]} (variables here: {known})"
         # the cause carries the bare message, as elementpath's errors do
         raise ExpressionError(f"XPath error in {expr!r}: {detail}") from ExpressionError(detail)
-    return CompiledXPath(expr, parser, token)
-
-
-def syntax_tree(expr: str, namespaces: Namespaces = ()) -> tuple[Any, XPath31Parser]:
-    """The parsed expression (root token, parser) to inspect, not to keep: it comes
-    from this thread's parser for ``namespaces``, reused for the next expression.
-    Building a parser costs as much as parsing a short observer, and a presearcher
-    inspects thousands."""
-    parsers: dict[Namespaces, XPath31Parser] = _local.__dict__.setdefault("xpath_parsers", {})
-    parser = parsers.get(namespaces)
-    if parser is None:
-        parser = parsers[namespaces] = _parser(namespaces, ITEM_VARIABLES)
-    try:
-        return parser.parse(expr), parser
-    except elementpath.ElementPathError as exc:
-        raise ExpressionError(f"XPath syntax error in {expr!r}: {exc}") from exc
+    return token
 
 
 def _parser(namespaces: Namespaces, variables: tuple[str, ...]) -> XPath31Parser:
@@ -181,7 +186,7 @@ def check_xpath(
     expr: str, namespaces: Namespaces = (), variables: tuple[str, ...] = ITEM_VARIABLES
 ) -> None:
     """Raise ExpressionError if ``expr`` does not compile."""
-    compile_xpath(expr, namespaces, variables)
+    syntax_tree(expr, namespaces, variables)
 
 
 # -- shaping results ---------------------------------------------------------------------
