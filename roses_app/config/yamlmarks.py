@@ -225,16 +225,18 @@ class _LimitedLoader(_Limits, yaml.SafeLoader):
         _Limits.__init__(self)
 
 
-class _FastLimitedLoader(_Limits, CParser, SafeConstructor, Resolver):
-    """The same, with libyaml scanning and parsing (five times faster on a config of
-    ten thousand streams); composing, and so the limits and marks, stay in Python."""
+if HAVE_LIBYAML:
 
-    def __init__(self, text: str) -> None:
-        yaml.reader.Reader(text)  # PyYAML's check for unprintable characters
-        CParser.__init__(self, text)
-        _Limits.__init__(self)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
+    class _FastLimitedLoader(_Limits, CParser, SafeConstructor, Resolver):
+        """The same, with libyaml scanning and parsing (five times faster on a config
+        of ten thousand streams); composing, so the limits and marks, stay in Python."""
+
+        def __init__(self, text: str) -> None:
+            yaml.reader.Reader(text)  # PyYAML's check for unprintable characters
+            CParser.__init__(self, text)
+            _Limits.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
 
 
 def load(text: str, report: Report) -> Marked | None:
