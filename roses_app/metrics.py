@@ -77,7 +77,8 @@ class SnapshotCollector(Collector):
         )
         yield _counter(
             "roses_windows_revised",
-            "Window results published in place of an earlier one (a retraction of it)",
+            "Results published in place of an earlier one (a retraction of it): window "
+            "results revised, optimistic join items replaced or withdrawn",
             "stream",
             now.revised,
         )

@@ -216,7 +216,8 @@ def late_window_plans() -> st.SearchStrategy[Node]:
 
 def late_join_plans() -> st.SearchStrategy[Node]:
     """A join (any kind), a semijoin or a difference of sliding windows (or none) of
-    stateless plans in publication time, with a lateness."""
+    stateless plans in publication time, with a lateness; joins and differences
+    reporting on close or optimistically."""
     below = plans(max_leaves=2).map(published_time)
     lateness = st.integers(0, 10)
     predicates = st.sampled_from(PAIR_PREDICATES)
@@ -229,7 +230,8 @@ def late_join_plans() -> st.SearchStrategy[Node]:
             predicates,
             st.none(),
             lateness,
+            st.booleans(),  # report: optimistic
         ),
         st.builds(Semijoin, below, join_inputs(below), predicates, lateness),
-        st.builds(Diff, below, join_inputs(below), predicates, lateness),
+        st.builds(Diff, below, join_inputs(below), predicates, lateness, st.booleans()),
     )

@@ -21,7 +21,7 @@ from roses_app.algebra.eventtime import late_joined
 from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind, on_time, pairs_at
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Join, Node, Stream, TimeWindow
+from roses_app.algebra.plan import Join, Node, Source, Stream, TimeWindow
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError
@@ -51,9 +51,11 @@ def operator_results(plan: Node, events: list[RefInput], cuts: list[int]) -> set
     saved: dict[str, Any] | None = None
     found: set[tuple] = set()
     for start, end in itertools.pairwise(bounds):
-        join = LateJoin.load(sides[1], sides[3], plan.lateness, join_kind(plan), saved)  # type: ignore[attr-defined]
+        optimistic = getattr(plan, "optimistic", False)
+        kind = join_kind(plan)
+        join = LateJoin.load(sides[1], sides[3], plan.lateness, kind, saved, optimistic)  # type: ignore[attr-defined]
         planned = join.advance(groups[start:end])
-        found.update(late_join_results(plan, join, planned.pairs, ()))  # type: ignore[arg-type]
+        found.update(late_join_results(plan, join, planned, ())[0])  # type: ignore[arg-type]
         saved = json.loads(json.dumps(join.dump()))
     return found
 
@@ -130,6 +132,60 @@ def test_operators_a_late_item_would_take_back_are_refused_with_their_line(
     found = problems(tmp_path, "  x: {delta: {from: wire}}\n  y: {nest: {from: wire}}\n")
     assert "feeds.yaml:6" in found and "feeds.yaml:7" in found
     assert "joins, semijoins and differences of sliding time windows" in found
+
+
+def test_report_optimistic_belongs_to_outer_joins_and_differences_over_publication_time(
+    tmp_path: Path,
+) -> None:
+    from roses_app.algebra.plan import Diff
+
+    config = parse_config(
+        HEAD
+        + "  j: {join: {left: wire, right: blog, on: 'true()', kind: full, report: optimistic}}\n"
+        + "  d: {diff: {left: wire, right: blog, on: 'true()', report: optimistic}}\n"
+        + "  p: {product: {left: wire, right: blog, report: on-close}}\n",
+        tmp_path / "feeds.yaml",
+    )
+    join, diff, product = (config.streams[n].plan for n in "jdp")
+    assert isinstance(join, Join) and join.optimistic
+    assert isinstance(diff, Diff) and diff.optimistic
+    assert isinstance(product, Join) and not product.optimistic
+    found = problems(
+        tmp_path,
+        "  a: {join: {left: blog, right: blog, on: 'true()', kind: left, report: optimistic}}\n"
+        "  b: {join: {left: wire, right: blog, on: 'true()', report: optimistic}}\n"
+        "  c: {diff: {left: wire, right: blog, on: 'true()', report: soon}}\n"
+        "  e: {semijoin: {left: wire, right: blog, on: 'true()', report: optimistic}}\n",
+    )
+    assert "feeds.yaml:6: join.report applies to items read in publication time" in found
+    assert "feeds.yaml:7: join.report: optimistic applies to a left or full join" in found
+    assert "feeds.yaml:8: diff.report must be on-close or optimistic, got 'soon'" in found
+    assert "feeds.yaml:9" in found and "report" in found.split("feeds.yaml:9")[1]
+
+
+def test_an_item_taken_back_keeps_its_identity() -> None:
+    from roses_app.algebra.plan import Diff
+    from roses_app.items import content_hash, item_identity
+    from roses_app.xmlfn.pairs import replaced_by_pair
+    from roses_app.xmlfn.stamp import withdrawn_item
+    from roses_app.xmlfn.xpath import parse
+
+    bare = "<item><title>t</title></item>"
+    for xml, identity in (
+        ("<item><title>t</title><guid>g</guid><link>l</link></item>", "g"),
+        ("<item><title>t</title><link> l </link></item>", "l"),
+        (bare, content_hash(bare)),
+    ):
+        notice = parse(withdrawn_item(xml))
+        assert item_identity(notice) == identity  # the store replaces the entry
+        assert notice.findtext("title") == "Withdrawn: t"
+    left_join = Join(Source("a"), Source("b"), "left")
+    with_guid = Arrival(1, 1, "<item><guid>g</guid></item>", LEFT)
+    # the pair keeps a left item's guid: it takes the item's place, no notice needed
+    assert replaced_by_pair(left_join, with_guid)
+    assert not replaced_by_pair(left_join, Arrival(1, 1, bare, LEFT))  # hashed: differs
+    assert not replaced_by_pair(left_join, Arrival(1, 1, with_guid.item, RIGHT))
+    assert not replaced_by_pair(Diff(Source("a"), Source("b"), "true()"), with_guid)
 
 
 @pytest.mark.spark

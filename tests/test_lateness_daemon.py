@@ -168,3 +168,69 @@ def test_a_join_over_publication_time_pairs_a_late_item_and_counts_a_too_late_on
     items, health = run()
     assert len(items) == 2 and any(i.startswith("<item><title>storm</title>") for i in items)
     assert health["late_items_per_stream"] == {"related": 1}
+
+
+OPTIMISTIC_CONFIG = """
+settings: {data_dir: ./data}
+sources:
+  wire: {feed: "file:wire.xml", time: published}
+  blog: {feed: "file:blog.xml", time: published}
+streams:
+  early:
+    join:
+      kind: left
+      left: {window: {from: wire, time: 3d}}
+      right: {window: {from: blog, time: 3d}}
+      on: "$i1/title = $i2/title"
+      lateness: 7d
+      report: optimistic
+    publish: {title: "Wire stories, with the blog's when it has one"}
+  uncovered:
+    diff:
+      left: wire
+      right: {window: {from: blog, time: 3d}}
+      on: "$i1/title = $i2/title"
+      lateness: 7d
+      report: optimistic
+    publish: {title: "Wire stories the blog has not covered"}
+"""
+
+
+@pytest.mark.spark
+def test_optimistic_results_are_published_at_once_and_taken_back_in_place(
+    tmp_path: Path, spark: object
+) -> None:
+    from roses_app.daemon import Daemon
+
+    (tmp_path / "feeds.yaml").write_text(OPTIMISTIC_CONFIG)
+    now = datetime.now(UTC)
+
+    def run() -> tuple[dict[str, list[str]], dict[str, Any]]:
+        daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
+        try:
+            daemon.once()
+            feeds = {
+                s: [e.item for e in daemon.store.latest(s, "", 50)] for s in ("early", "uncovered")
+            }
+            return feeds, daemon.health()
+        finally:
+            daemon.close()
+
+    (tmp_path / "wire.xml").write_text(feed([("storm", now - timedelta(days=2))]))
+    (tmp_path / "blog.xml").write_text(feed([("other", now - timedelta(days=1))]))
+    feeds, _ = run()
+    # nothing can tell yet whether the blog will cover the storm: published at once
+    alone = "<item><title>storm</title>"
+    assert [i[: len(alone)] for i in feeds["early"]] == [alone]
+    assert [i[: len(alone)] for i in feeds["uncovered"]] == [alone]
+    # the blog's story on the storm comes late (older than the last item seen, within
+    # the lateness): the same entries change in place
+    (tmp_path / "blog.xml").write_text(
+        feed([("storm", now - timedelta(days=3)), ("other", now - timedelta(days=1))])
+    )
+    feeds, health = run()
+    assert len(feeds["early"]) == 1 and "<roses:related" in feeds["early"][0]
+    assert len(feeds["uncovered"]) == 1
+    assert feeds["uncovered"][0].startswith("<item><title>Withdrawn: storm</title>")
+    assert '<guid isPermaLink="false">https://example.org/storm</guid>' in feeds["uncovered"][0]
+    assert health["revised_windows_per_stream"] == {"early": 1, "uncovered": 1}

@@ -82,12 +82,15 @@ def _describe_time(spec: TimeWindow) -> str:
 def _describe_join(node: Join) -> str:
     combine = describe_xquery(node.combine) if node.combine else "built-in composition"
     if node.kind == "product":
-        return f"Join × product, combine {combine}"
+        return f"Join × product, combine {combine}{_join_lateness(node)}"
     return f"Join ⋈ {node.kind} on {node.on!r}, combine {combine}{_join_lateness(node)}"
 
 
-def _join_lateness(node: Join | Semijoin) -> str:
-    return f", lateness {duration(node.lateness)}" if node.lateness else ""
+def _join_lateness(node: Join | Semijoin | Diff) -> str:
+    out = f", lateness {duration(node.lateness)}" if node.lateness else ""
+    if not isinstance(node, Semijoin) and node.optimistic:
+        out += ", report optimistic (items alone published at once, taken back in place)"
+    return out
 
 
 def _describe_time_operator(node: Node) -> str | None:
@@ -99,7 +102,7 @@ def _describe_time_operator(node: Node) -> str | None:
     if isinstance(node, Semijoin):
         return f"Semijoin ⋉ on {node.on!r}{_join_lateness(node)}"
     if isinstance(node, Diff):
-        return f"Diff − on {node.on!r}"
+        return f"Diff − on {node.on!r}{_join_lateness(node)}"
     if isinstance(node, Delta):
         return "Delta δ⁺ insert" if node.kind == "insert" else "Delta δ⁻ delete"
     if isinstance(node, Aggregate):

@@ -21,8 +21,11 @@ together, appends one after the other, both sides merged.  The rules:
 * **No partner.**  An item without one (a left join's, a full join's or a product's
   items, a difference's left items) is published once no item still on time could
   be its partner (:func:`decided`: the clock is more than L past it), at its time:
-  the on-close answer.  (Published before that, optimistically, a late partner would
-  have to take it back, which ROSES does not do yet.)
+  the on-close answer.  With ``report: optimistic`` (seed 000) it is published at
+  its arrival instead, if no partner came before it, and taken back when its first
+  partner comes (:meth:`LateJoin.provisional`): the left item of a join with the
+  built-in composition is replaced in place by its pair (same guid); any other by a
+  withdrawal notice with its guid (:func:`roses_app.xmlfn.stamp.withdrawn_item`).
 * **Kept.**  An item stays while an item of the other side that is not too late could
   still pair with it: until the clock passes its time plus its window's reach plus L.
 
@@ -117,10 +120,13 @@ def ident(arrival: Arrival) -> Ident:
 
 @dataclass
 class Planned:
-    """What a batch of arrivals gives: the pairs to test (left, right), and the items
-    too late."""
+    """What a batch of arrivals gives: the pairs to test (left, right), for each whether
+    its left item is the one that arrived last (it met the right one, kept), the
+    items on time in the order they were taken, and the items too late."""
 
     pairs: list[tuple[Arrival, Arrival]] = field(default_factory=list)
+    left_last: list[bool] = field(default_factory=list)
+    arrived: list[Arrival] = field(default_factory=list)
     late: list[Arrival] = field(default_factory=list)
 
 
@@ -134,10 +140,12 @@ class LateJoin:
     right: TimeWindow | None
     lateness: int
     kind: str
+    optimistic: bool = False
     clock: int | None = None
     kept: dict[str, list[Arrival]] = field(default_factory=lambda: {LEFT: [], RIGHT: []})
     matched: set[Ident] = field(default_factory=set)
     settled: set[Ident] = field(default_factory=set)
+    shown: set[Ident] = field(default_factory=set)  # published alone before being decided
 
     @property
     def both(self) -> bool:
@@ -153,7 +161,10 @@ class LateJoin:
             on, late, self.clock = split_late(self.clock, group, self.lateness)
             out.late += late
             for arrival in on:
-                out.pairs += self._meet(arrival)
+                met = self._meet(arrival)
+                out.pairs += met
+                out.left_last += [arrival.key != RIGHT] * len(met)
+                out.arrived.append(arrival)
                 self.kept[arrival.key or LEFT].append(arrival)
         return out
 
@@ -187,20 +198,59 @@ class LateJoin:
                 self.matched.add(ident(b))
         return list(first.values())
 
+    def alone_sides(self) -> tuple[str, ...]:
+        """The sides whose items are published without a partner."""
+        if self.kind == "diff":
+            return (LEFT,)
+        return {"left": (LEFT,), "full": (LEFT, RIGHT), "product": (LEFT, RIGHT)}.get(self.kind, ())
+
+    def partners(
+        self, pairs: Sequence[tuple[Arrival, Arrival]], left_last: Sequence[bool]
+    ) -> list[tuple[Arrival, Arrival, bool]]:
+        """(item, partner, whether the item arrived last) for each matched pair and
+        each of its items that it counts for (as :meth:`found`)."""
+        out = []
+        for (a, b), last in zip(pairs, left_last, strict=True):
+            if meets(self.right, a.time, b.time):
+                out.append((a, b, last))
+            if self.kind in ("full", "product") and meets(self.left, b.time, a.time):
+                out.append((b, a, not last))
+        return out
+
+    def provisional(
+        self, arrived: Sequence[Arrival], partners: Sequence[tuple[Arrival, Arrival, bool]]
+    ) -> tuple[list[Arrival], list[tuple[Arrival, Arrival]]]:
+        """Optimistic reporting, before :meth:`found` records this batch's pairs: the
+        items of ``arrived`` (this batch's, in order) that no partner came before,
+        published now; and (item, partner) for each item published so that now has its
+        first partner (``partners``: this batch's, in the order they were found)."""
+        sides = self.alone_sides()
+        preceded = {ident(item) for item, _, last in partners if last}
+        shown = [
+            a
+            for a in arrived
+            if (a.key or LEFT) in sides and ident(a) not in preceded and ident(a) not in self.shown
+        ]
+        self.shown.update(map(ident, shown))
+        taken: dict[Ident, tuple[Arrival, Arrival]] = {}
+        for item, partner, _ in partners:
+            key = ident(item)
+            if key in self.shown and key not in self.matched and key not in taken:
+                taken[key] = (item, partner)
+        return shown, list(taken.values())
+
     def settle(self) -> list[Arrival]:
         """The items that now surely have no partner (:func:`decided`) and that the
         operator publishes then: a left or full join's and a difference's left items,
         a full join's right ones.  Then the items no new one can meet are let go."""
-        sides = {"left": (LEFT,), "full": (LEFT, RIGHT), "product": (LEFT, RIGHT)}
-        alone = (LEFT,) if self.kind == "diff" else sides.get(self.kind, ())
         out: list[Arrival] = []
-        for side in alone:
+        for side in self.alone_sides():
             for arrival in self.kept[side]:
                 key = ident(arrival)
                 if key in self.settled or not decided(arrival.time, self.clock, self.lateness):
                     continue
                 self.settled.add(key)
-                if key not in self.matched:
+                if key not in self.matched and key not in self.shown:
                     out.append(arrival)
         self._evict()
         return out
@@ -215,6 +265,7 @@ class LateJoin:
         alive = {ident(a) for side in (LEFT, RIGHT) for a in self.kept[side]}
         self.matched &= alive
         self.settled &= alive
+        self.shown &= alive
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -224,6 +275,7 @@ class LateJoin:
             },
             "matched": sorted(self.matched),
             "settled": sorted(self.settled),
+            "shown": sorted(self.shown),
         }
 
     @classmethod
@@ -234,8 +286,9 @@ class LateJoin:
         lateness: int,
         kind: str,
         saved: dict[str, Any] | None,
+        optimistic: bool = False,
     ) -> LateJoin:
-        state = cls(left, right, lateness, kind)
+        state = cls(left, right, lateness, kind, optimistic)
         if saved is not None:
             state.clock = saved["clock"]
             state.kept = {
@@ -244,4 +297,5 @@ class LateJoin:
             }
             state.matched = {tuple(k) for k in saved["matched"]}
             state.settled = {tuple(k) for k in saved["settled"]}
+            state.shown = {tuple(k) for k in saved.get("shown", ())}  # older states: none
         return state

@@ -277,8 +277,10 @@ class Join(Node):
     on: str = "true()"
     combine: XQuery | None = None
     # Over items read in publication time (roses_app.algebra.latejoin): how long (µs)
-    # an item may come after the clock and still be joined.
+    # an item may come after the clock and still be joined, and whether an item
+    # without a partner is published at once, taken back if one comes (optimistic).
     lateness: int = field(default=0, metadata=LATER)
+    optimistic: bool = field(default=False, metadata=LATER)
 
     def __post_init__(self) -> None:
         if self.kind not in JOIN_KINDS:
@@ -311,6 +313,7 @@ class Diff(Node):
     right: Node
     on: str
     lateness: int = field(default=0, metadata=LATER)  # as Join's
+    optimistic: bool = field(default=False, metadata=LATER)  # as Join's
 
     def __repr__(self) -> str:
         return _repr(self)

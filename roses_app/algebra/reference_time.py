@@ -40,6 +40,7 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
+from roses_app.algebra.reference_optimistic import optimistic_events
 from roses_app.algebra.reference_registry import (
     Context,
     RefEvent,
@@ -216,6 +217,8 @@ def _join(node: Join, ctx: Context) -> list[RefEvent]:
     if node.kind in ("full", "product"):
         found = {j for _, j in via_right}
         out.update(e for j, e in enumerate(right) if j not in found and done(e.ts))
+    if node.optimistic and node.kind != "inner":
+        out.update(optimistic_events(ctx, node, (left, right), via_left, via_right))
     return ordered(out)
 
 
@@ -228,9 +231,12 @@ def _semijoin(node: Semijoin, ctx: Context) -> list[RefEvent]:
 
 @register
 def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
-    left, _, via_left, _, done = _matches(ctx, node)
+    left, right, via_left, _, done = _matches(ctx, node)
     found = {i for i, _ in via_left}
-    return [e for i, e in enumerate(left) if i not in found and done(e.ts)]
+    out = {e for i, e in enumerate(left) if i not in found and done(e.ts)}
+    if node.optimistic:
+        out.update(optimistic_events(ctx, node, (left, right), via_left, set()))
+    return ordered(out)
 
 
 # -- delta -----------------------------------------------------------------------------

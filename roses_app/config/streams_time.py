@@ -161,7 +161,9 @@ def _observer(ctx: OperatorContext, args: Section, required: bool) -> str | None
 
 def _join(ctx: OperatorContext, value: Marked) -> Node | None:
     args = ctx.arguments(
-        value, required=("left", "right"), optional=("on", "kind", "combine", "lateness")
+        value,
+        required=("left", "right"),
+        optional=("on", "kind", "combine", "lateness", "report"),
     )
     left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
     kind = args.string("kind", "inner")
@@ -175,8 +177,10 @@ def _join(ctx: OperatorContext, value: Marked) -> Node | None:
     combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
     if left is None or right is None or on is None or ("combine" in args and combine is None):
         return None
-    lateness, _ = _lateness(ctx, args, _timed_side(left, right))
-    return Join(left, right, kind, on, combine, lateness, origin=ctx.origin)
+    timed = _timed_side(left, right)
+    lateness, _ = _lateness(ctx, args, timed)
+    optimistic = _optimistic(ctx, args, timed, kind)
+    return Join(left, right, kind, on, combine, lateness, optimistic, origin=ctx.origin)
 
 
 def _timed_side(left: Node, right: Node) -> Node:
@@ -185,23 +189,33 @@ def _timed_side(left: Node, right: Node) -> Node:
 
 
 def _product(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("left", "right"), optional=("combine", "lateness"))
+    args = ctx.arguments(
+        value, required=("left", "right"), optional=("combine", "lateness", "report")
+    )
     left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
     combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
     if left is None or right is None or ("combine" in args and combine is None):
         return None
-    lateness, _ = _lateness(ctx, args, _timed_side(left, right))
-    return Join(left, right, "product", "true()", combine, lateness, origin=ctx.origin)
+    timed = _timed_side(left, right)
+    lateness, _ = _lateness(ctx, args, timed)
+    optimistic = _optimistic(ctx, args, timed, "product")
+    return Join(left, right, "product", "true()", combine, lateness, optimistic, origin=ctx.origin)
 
 
 def _matching(node_type: type[Semijoin | Diff]) -> Builder:
+    optional = ("lateness", "report") if node_type is Diff else ("lateness",)
+
     def build(ctx: OperatorContext, value: Marked) -> Node | None:
-        args = ctx.arguments(value, required=("left", "right", "on"), optional=("lateness",))
+        args = ctx.arguments(value, required=("left", "right", "on"), optional=optional)
         left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
         on = _observer(ctx, args, required=True)
         if left is None or right is None or on is None:
             return None
-        lateness, _ = _lateness(ctx, args, _timed_side(left, right))
+        timed = _timed_side(left, right)
+        lateness, _ = _lateness(ctx, args, timed)
+        if node_type is Diff:
+            optimistic = _optimistic(ctx, args, timed, "diff")
+            return Diff(left, right, on, lateness, optimistic, origin=ctx.origin)
         return node_type(left, right, on, lateness, origin=ctx.origin)
 
     return build
@@ -245,6 +259,38 @@ def _lateness(ctx: OperatorContext, args: Section, source: Node | None) -> tuple
         )
         late = "drop"
     return lateness, late
+
+
+JOIN_REPORTS = ("on-close", "optimistic")
+
+
+def _optimistic(ctx: OperatorContext, args: Section, source: Node, kind: str) -> bool:
+    """``report: optimistic`` of a left or full join, a product or a difference over
+    publication time: an item without a partner is published at its arrival, and
+    taken back (replaced in place) when a partner comes (roses_app.algebra.latejoin)."""
+    if "report" not in args:
+        return False
+    line = args.key_line("report")
+    report = args.string("report", "on-close")
+    if not event_timed(source):
+        ctx.problem(
+            line,
+            f"{ctx.name}.report applies to items read in publication time (time: "
+            "published); in ingest time an item's lack of a partner is known when it "
+            "comes, and published then",
+        )
+        return False
+    if report not in JOIN_REPORTS:
+        ctx.problem(line, f"{ctx.name}.report must be on-close or optimistic, got {report!r}")
+        return False
+    if kind == "inner" and report == "optimistic":
+        ctx.problem(
+            line,
+            "join.report: optimistic applies to a left or full join (an inner join "
+            "publishes each pair as soon as both items are there already)",
+        )
+        return False
+    return report == "optimistic"
 
 
 def _aggregate(ctx: OperatorContext, value: Marked) -> Node | None:

@@ -8,7 +8,8 @@ sides' rows go, tagged with their side, to one operator under one constant key,
 whose state (:class:`~roses_app.algebra.latejoin.LateJoin`: the clock and the items
 kept) is JSON in one value state.  Each micro-batch's candidate pairs are tested with
 ``on`` in one call, and a join's matches composed in one call.  Items later than the
-lateness are counted under ``late:STREAM``.
+lateness are counted under ``late:STREAM``, the optimistic items taken back under
+``revised:STREAM``.
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ class LateJoinProcessor(JsonStateProcessor):
         from roses_app.xmlfn.pairs import late_join_results
 
         node = self.node
-        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), self.load_state())
+        optimistic = not isinstance(node, Semijoin) and node.optimistic
+        saved = self.load_state()
+        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), saved, optimistic)
         planned = join.advance(arrival_groups(read_arrivals(rows, "side")))
-        out = late_join_results(node, join, planned.pairs, self.namespaces, self.on_error)
+        out, revised = late_join_results(node, join, planned, self.namespaces, self.on_error)
         self.save_state(join.dump())
-        if self.tallies is not None and planned.late:
-            self.tallies.add({tally_key("late", node.origin.stream): len(planned.late)})
+        if self.tallies is not None and (planned.late or revised):
+            counts = {"late": len(planned.late), "revised": revised}
+            self.tallies.add({tally_key(k, node.origin.stream): n for k, n in counts.items()})
         if out:
             yield output_frame([(ts, seq, item, "") for ts, seq, item in out])
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from roses_app.algebra.latejoin import LateJoin
+from lxml import etree
+
+from roses_app.algebra.latejoin import RIGHT, LateJoin, Planned
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Diff, Join, Semijoin, XQuery
+from roses_app.items import item_identity
 from roses_app.xmlfn.batch import OnError, observe2_batch
-from roses_app.xmlfn.stamp import compose_items
-from roses_app.xmlfn.xpath import Namespaces
+from roses_app.xmlfn.stamp import compose_items, withdrawn_item
+from roses_app.xmlfn.xpath import Namespaces, parse
 from roses_app.xmlfn.xquery import combine_batch
 
 Pairs = Sequence[tuple[str, str]]
@@ -38,17 +41,27 @@ def compose_pairs(
 def late_join_results(
     node: Join | Semijoin | Diff,
     join: LateJoin,
-    pairs: Sequence[tuple[Arrival, Arrival]],
+    planned: Planned,
     namespaces: Namespaces,
     on_error: OnError | None = None,
-) -> list[tuple[int, int, str]]:
+) -> tuple[list[tuple[int, int, str]], int]:
     """(ts, seq, item) of what an operator over publication time publishes after an
-    arrival batch planned ``pairs``: a join's composed pairs that ``on`` keeps, at the
+    arrival batch was ``planned``: a join's composed pairs that ``on`` keeps, at the
     later of the two times (the larger seq), or a semijoin's left items at their
-    first partner; then the items now decided to have none (:meth:`LateJoin.settle`)."""
-    texts = [(a.item or "", b.item or "") for a, b in pairs]
+    first partner; with ``report: optimistic``, the items alone at their arrival and
+    the withdrawals of those a partner now came for; then the items now decided to
+    have none (:meth:`LateJoin.settle`).  And how many published items were taken
+    back (replaced in place or withdrawn)."""
+    texts = [(a.item or "", b.item or "") for a, b in planned.pairs]
     keep = observe_pairs(node.on, namespaces, texts, on_error)
-    matched = [pair for pair, ok in zip(pairs, keep, strict=True) if ok]
+    found = zip(planned.pairs, planned.left_last, keep, strict=True)
+    kept = [(pair, last) for pair, last, ok in found if ok]
+    matched = [pair for pair, _ in kept]
+    shown: list[Arrival] = []
+    taken: list[tuple[Arrival, Arrival]] = []
+    if join.optimistic:
+        partners = join.partners(matched, [last for _, last in kept])
+        shown, taken = join.provisional(planned.arrived, partners)
     first = join.found(matched)
     out: list[tuple[int, int, str]] = []
     if isinstance(node, Semijoin):
@@ -62,4 +75,21 @@ def late_join_results(
             for (a, b), item in zip(matched, items, strict=True)
             if item is not None
         ]
-    return out + [(a.time, a.seq, a.item or "") for a in join.settle()]
+    out += [(a.time, a.seq, a.item or "") for a in shown]
+    out += [
+        (max(item.time, partner.time), partner.seq, withdrawn_item(item.item or ""))
+        for item, partner in taken
+        if not replaced_by_pair(node, item)
+    ]
+    return out + [(a.time, a.seq, a.item or "") for a in join.settle()], len(taken)
+
+
+def replaced_by_pair(node: Join | Semijoin | Diff, item: Arrival) -> bool:
+    """Whether a published item's first pair takes its place in its feed: a join's
+    left item with the built-in composition, which keeps its guid (or link)."""
+    if not isinstance(node, Join) or node.combine is not None or item.key == RIGHT:
+        return False
+    try:
+        return bool(item_identity(parse(item.item or "")))
+    except (etree.XMLSyntaxError, ValueError):
+        return False

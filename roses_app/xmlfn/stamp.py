@@ -11,12 +11,13 @@ from urllib.parse import quote
 
 from lxml import etree
 
-from roses_app.items import iso8601
+from roses_app.items import content_hash, iso8601, item_identity
 from roses_app.xmlfn.xpath import parse
 
 ROSES_NS = "urn:x-roses"
 _WINDOW = f"{{{ROSES_NS}}}window"
 _NESTED = f"{{{ROSES_NS}}}nested"
+_WITHDRAWN = f"{{{ROSES_NS}}}withdrawn"
 
 
 def window_guid(stream: str, start: int, end: int, key: str | None = None) -> str:
@@ -75,6 +76,26 @@ def merged_session(
     assert window is not None  # stamp_window adds it
     window.set("merged-into", target)
     return etree.tostring(stamped, encoding="unicode")
+
+
+def withdrawn_item(xml: str) -> str:
+    """What takes the place of an item published optimistically (a join's or a
+    difference's item without a partner) once a late partner came: a notice with the
+    item's identity (its guid, else its link, else its content hash, as the store
+    computes it), so that feeds replace the entry in place."""
+    item = parse(xml)
+    identity = item_identity(item) or content_hash(xml)
+    title = (item.findtext("title") or "").strip()
+    root = etree.Element("item")
+    etree.SubElement(root, "title").text = f"Withdrawn: {title}" if title else "Withdrawn"
+    etree.SubElement(root, "description").text = (
+        "Taken back: an item that arrived after this one is its partner, so this "
+        "stream no longer publishes it alone."
+    )
+    guid = etree.SubElement(root, "guid", isPermaLink="false")
+    guid.text = identity
+    etree.SubElement(root, _WITHDRAWN, nsmap={"roses": ROSES_NS})
+    return etree.tostring(root, encoding="unicode")
 
 
 def nest_items(xmls: Sequence[str], ts: int) -> str:
