@@ -119,13 +119,30 @@ def test_a_late_item_updates_its_day_in_place_and_a_too_late_one_goes_to_the_lat
     assert validate(docs) == {str(d): [] for d in docs}
 
 
-JOIN_CONFIG = """
+def published(folder: Path, streams: list[str]) -> tuple[dict[str, list[str]], dict[str, Any]]:
+    """One ``roses once`` of the daemon in ``folder``: the items each stream's feed
+    holds, newest first, and ``/healthz``."""
+    from roses_app.daemon import Daemon
+
+    daemon = Daemon(load_config(folder / "feeds.yaml"))
+    try:
+        daemon.once()
+        feeds = {s: [e.item for e in daemon.store.latest(s, "", 50)] for s in streams}
+        return feeds, daemon.health()
+    finally:
+        daemon.close()
+
+
+TWO_SOURCES = """
 settings: {data_dir: ./data}
 sources:
   wire: {feed: "file:wire.xml", time: published}
   blog: {feed: "file:blog.xml", time: published}
 streams:
-  related:
+"""
+JOIN_CONFIG = (
+    TWO_SOURCES
+    + """  related:
     join:
       left: {window: {from: wire, time: 3d}}
       right: {window: {from: blog, time: 3d}}
@@ -133,14 +150,13 @@ streams:
       lateness: 7d
     publish: {title: "Wire stories the blog covered"}
 """
+)
 
 
 @pytest.mark.spark
 def test_a_join_over_publication_time_pairs_a_late_item_and_counts_a_too_late_one(
     tmp_path: Path, spark: object
 ) -> None:
-    from roses_app.daemon import Daemon
-
     (tmp_path / "feeds.yaml").write_text(JOIN_CONFIG)
     now = datetime.now(UTC)
 
@@ -148,13 +164,8 @@ def test_a_join_over_publication_time_pairs_a_late_item_and_counts_a_too_late_on
         return now - timedelta(days=days)
 
     def run() -> tuple[list[str], dict[str, Any]]:
-        daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
-        try:
-            daemon.once()
-            items = [e.item for e in daemon.store.latest("related", "", 50)]
-            return items, daemon.health()
-        finally:
-            daemon.close()
+        feeds, health = published(tmp_path, ["related"])
+        return feeds["related"], health
 
     (tmp_path / "wire.xml").write_text(feed([("volcano", ago(2)), ("storm", ago(2))]))
     (tmp_path / "blog.xml").write_text(feed([("volcano", ago(1))]))
@@ -170,13 +181,9 @@ def test_a_join_over_publication_time_pairs_a_late_item_and_counts_a_too_late_on
     assert health["late_items_per_stream"] == {"related": 1}
 
 
-OPTIMISTIC_CONFIG = """
-settings: {data_dir: ./data}
-sources:
-  wire: {feed: "file:wire.xml", time: published}
-  blog: {feed: "file:blog.xml", time: published}
-streams:
-  early:
+OPTIMISTIC_CONFIG = (
+    TWO_SOURCES
+    + """  early:
     join:
       kind: left
       left: {window: {from: wire, time: 3d}}
@@ -194,27 +201,18 @@ streams:
       report: optimistic
     publish: {title: "Wire stories the blog has not covered"}
 """
+)
 
 
 @pytest.mark.spark
 def test_optimistic_results_are_published_at_once_and_taken_back_in_place(
     tmp_path: Path, spark: object
 ) -> None:
-    from roses_app.daemon import Daemon
-
     (tmp_path / "feeds.yaml").write_text(OPTIMISTIC_CONFIG)
     now = datetime.now(UTC)
 
     def run() -> tuple[dict[str, list[str]], dict[str, Any]]:
-        daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
-        try:
-            daemon.once()
-            feeds = {
-                s: [e.item for e in daemon.store.latest(s, "", 50)] for s in ("early", "uncovered")
-            }
-            return feeds, daemon.health()
-        finally:
-            daemon.close()
+        return published(tmp_path, ["early", "uncovered"])
 
     (tmp_path / "wire.xml").write_text(feed([("storm", now - timedelta(days=2))]))
     (tmp_path / "blog.xml").write_text(feed([("other", now - timedelta(days=1))]))
