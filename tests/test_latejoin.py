@@ -18,10 +18,17 @@ from strategies import late_join_plans, out_of_order_event_lists
 from test_differential import assert_engines_agree
 
 from roses_app.algebra.eventtime import late_joined
-from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind, on_time, pairs_at
+from roses_app.algebra.latejoin import (
+    LEFT,
+    RIGHT,
+    LateJoin,
+    join_kind,
+    on_time,
+    pairs_at,
+)
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Join, Node, Source, Stream, TimeWindow
+from roses_app.algebra.plan import Join, Node, Source, Stream, TimeWindow, optimistic
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError
@@ -51,9 +58,8 @@ def operator_results(plan: Node, events: list[RefInput], cuts: list[int]) -> set
     saved: dict[str, Any] | None = None
     found: set[tuple] = set()
     for start, end in itertools.pairwise(bounds):
-        optimistic = getattr(plan, "optimistic", False)
         kind = join_kind(plan)
-        join = LateJoin.load(sides[1], sides[3], plan.lateness, kind, saved, optimistic)  # type: ignore[attr-defined]
+        join = LateJoin.load(sides[1], sides[3], plan.lateness, kind, saved, optimistic(plan))  # type: ignore[attr-defined]
         planned = join.advance(groups[start:end])
         found.update(late_join_results(plan, join, planned, ())[0])  # type: ignore[arg-type]
         saved = json.loads(json.dumps(join.dump()))

@@ -30,6 +30,7 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     WindowSpec,
     XQuery,
+    optimistic,
 )
 from roses_app.algebra.tails import spark_copies
 
@@ -88,7 +89,7 @@ def _describe_join(node: Join) -> str:
 
 def _join_lateness(node: Join | Semijoin | Diff) -> str:
     out = f", lateness {duration(node.lateness)}" if node.lateness else ""
-    if not isinstance(node, Semijoin) and node.optimistic:
+    if optimistic(node):
         out += ", report optimistic (items alone published at once, taken back in place)"
     return out
 

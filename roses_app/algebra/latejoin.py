@@ -73,6 +73,15 @@ def join_kind(node: Node) -> str:
     return node.kind if isinstance(node, Join) else type(node).__name__.lower()
 
 
+ALONE = {"left": (LEFT,), "full": (LEFT, RIGHT), "product": (LEFT, RIGHT), "diff": (LEFT,)}
+
+
+def alone_sides(kind: str) -> tuple[str, ...]:
+    """The sides whose items a join of ``kind`` (:func:`join_kind`) publishes without
+    a partner."""
+    return ALONE.get(kind, ())
+
+
 def reach(spec: TimeWindow | None) -> int:
     """How long after its time an item may still be in its side's window."""
     return 0 if spec is None else max(0, spec.delay + spec.width - 1)
@@ -198,12 +207,6 @@ class LateJoin:
                 self.matched.add(ident(b))
         return list(first.values())
 
-    def alone_sides(self) -> tuple[str, ...]:
-        """The sides whose items are published without a partner."""
-        if self.kind == "diff":
-            return (LEFT,)
-        return {"left": (LEFT,), "full": (LEFT, RIGHT), "product": (LEFT, RIGHT)}.get(self.kind, ())
-
     def partners(
         self, pairs: Sequence[tuple[Arrival, Arrival]], left_last: Sequence[bool]
     ) -> list[tuple[Arrival, Arrival, bool]]:
@@ -213,7 +216,7 @@ class LateJoin:
         for (a, b), last in zip(pairs, left_last, strict=True):
             if meets(self.right, a.time, b.time):
                 out.append((a, b, last))
-            if self.kind in ("full", "product") and meets(self.left, b.time, a.time):
+            if RIGHT in alone_sides(self.kind) and meets(self.left, b.time, a.time):
                 out.append((b, a, not last))
         return out
 
@@ -224,7 +227,7 @@ class LateJoin:
         items of ``arrived`` (this batch's, in order) that no partner came before,
         published now; and (item, partner) for each item published so that now has its
         first partner (``partners``: this batch's, in the order they were found)."""
-        sides = self.alone_sides()
+        sides = alone_sides(self.kind)
         preceded = {ident(item) for item, _, last in partners if last}
         shown = [
             a
@@ -244,7 +247,7 @@ class LateJoin:
         operator publishes then: a left or full join's and a difference's left items,
         a full join's right ones.  Then the items no new one can meet are let go."""
         out: list[Arrival] = []
-        for side in self.alone_sides():
+        for side in alone_sides(self.kind):
             for arrival in self.kept[side]:
                 key = ident(arrival)
                 if key in self.settled or not decided(arrival.time, self.clock, self.lateness):

@@ -340,7 +340,9 @@ def arrival_groups(arrivals: Iterable[tuple[int, Arrival]]) -> list[list[Arrival
     groups: dict[int, set[Arrival]] = {}
     for ingest, arrival in arrivals:
         groups.setdefault(ingest, set()).add(arrival)
-    return [
-        sorted(groups[t], key=lambda a: (a.seq, a.time, a.item or "", a.key or ""))
-        for t in sorted(groups)
-    ]
+    return [sorted(groups[t], key=arrival_order) for t in sorted(groups)]
+
+
+def arrival_order(arrival: Arrival) -> tuple[int, int, str, str]:
+    """The order of the arrivals of one ingest time, in which operators take them."""
+    return (arrival.seq, arrival.time, arrival.item or "", arrival.key or "")

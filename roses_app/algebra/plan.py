@@ -319,6 +319,11 @@ class Diff(Node):
         return _repr(self)
 
 
+def optimistic(node: Node) -> bool:
+    """Whether ``node`` is a join or difference with ``report: optimistic``."""
+    return isinstance(node, Join | Diff) and node.optimistic
+
+
 @dataclass(frozen=True, eq=False)
 class Delta(Node):
     """δ⁺ (``insert``): at each input timestamp, the items not there at the previous

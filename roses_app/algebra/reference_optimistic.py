@@ -4,8 +4,8 @@ publishes arrival after arrival, computed from the whole event list."""
 
 from __future__ import annotations
 
-from roses_app.algebra.latejoin import LEFT, RIGHT
-from roses_app.algebra.lateness import Arrival
+from roses_app.algebra.latejoin import LEFT, RIGHT, alone_sides, join_kind
+from roses_app.algebra.lateness import Arrival, arrival_order
 from roses_app.algebra.plan import Diff, Join
 from roses_app.algebra.reference_registry import Context, RefEvent
 
@@ -26,18 +26,17 @@ def optimistic_events(
     from roses_app.xmlfn.stamp import withdrawn_item
 
     left, right = sides
+    kinds = alone_sides(join_kind(node))
     partners: dict[tuple[str, int], list[tuple[str, RefEvent]]] = {}
     for i, j in via_left:
         partners.setdefault((LEFT, i), []).append((RIGHT, right[j]))
-    if isinstance(node, Join) and node.kind in ("full", "product"):
+    if RIGHT in kinds:
         for i, j in via_right:
             partners.setdefault((RIGHT, j), []).append((LEFT, left[i]))
-    alone = [(LEFT, left)]
-    if isinstance(node, Join) and node.kind in ("full", "product"):
-        alone.append((RIGHT, right))
+    alone = [(tag, events) for tag, events in ((LEFT, left), (RIGHT, right)) if tag in kinds]
 
     def order(tag: str, e: RefEvent) -> tuple[int, int, int, str, str]:
-        return (ctx.arrival(e.seq), e.seq, e.ts, e.item or "", tag)  # as arrival_groups
+        return (ctx.arrival(e.seq), *arrival_order(Arrival(e.ts, e.seq, e.item, tag)))
 
     out: set[RefEvent] = set()
     for tag, events in alone:
@@ -49,6 +48,6 @@ def optimistic_events(
             out.add(e)
             after = [o for o in found if o > mine]
             if after and not replaced_by_pair(node, Arrival(e.ts, e.seq, e.item, tag)):
-                _, seq, ts, _, _ = after[0]
+                _, seq, ts, _, _ = after[0]  # the first partner after it
                 out.add(RefEvent(max(e.ts, ts), seq, withdrawn_item(e.item or "")))
     return out

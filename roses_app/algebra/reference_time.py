@@ -217,7 +217,7 @@ def _join(node: Join, ctx: Context) -> list[RefEvent]:
     if node.kind in ("full", "product"):
         found = {j for _, j in via_right}
         out.update(e for j, e in enumerate(right) if j not in found and done(e.ts))
-    if node.optimistic and node.kind != "inner":
+    if node.optimistic:
         out.update(optimistic_events(ctx, node, (left, right), via_left, via_right))
     return ordered(out)
 

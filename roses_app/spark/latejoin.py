@@ -26,7 +26,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 from roses_app.algebra.eventtime import JoinSides, late_joined
 from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
 from roses_app.algebra.lateness import arrival_groups, tally_key
-from roses_app.algebra.plan import Diff, Join, Semijoin
+from roses_app.algebra.plan import Diff, Join, Semijoin, optimistic
 from roses_app.spark import udfs
 from roses_app.spark.late import (
     OUTPUT_DDL,
@@ -61,9 +61,8 @@ class LateJoinProcessor(JsonStateProcessor):
         from roses_app.xmlfn.pairs import late_join_results
 
         node = self.node
-        optimistic = not isinstance(node, Semijoin) and node.optimistic
         saved = self.load_state()
-        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), saved, optimistic)
+        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), saved, optimistic(node))
         planned = join.advance(arrival_groups(read_arrivals(rows, "side")))
         out, revised = late_join_results(node, join, planned, self.namespaces, self.on_error)
         self.save_state(join.dump())
