@@ -35,6 +35,7 @@ from roses_app.algebra.plan import (
     TimeWindow,
     Union,
     Window,
+    WindowedGrouping,
 )
 
 STATELESS = (Source, Filter, Map, Union, Split)
@@ -92,6 +93,17 @@ def late_joined(node: Node) -> JoinSides | None:
             return None
         found += [below, spec]
     return found[0], found[1], found[2], found[3]  # type: ignore[return-value]
+
+
+def late_grouped(node: Node) -> Node | None:
+    """The stream below ``node`` when it is a windowed grouping of a stateless plan
+    over items read in publication time: what :mod:`roses_app.algebra.lategrouping`
+    runs."""
+    if not isinstance(node, WindowedGrouping) or not event_timed(node):
+        return None
+    if any(not isinstance(n, STATELESS) for n in node.input.walk()):
+        return None
+    return node.input
 
 
 def publishes_late(node: Node) -> bool:
@@ -169,7 +181,7 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             continue
         if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
-        if late_windowed(node) is not None or late_joined(node) is not None:
+        if any(found(node) is not None for found in (late_windowed, late_joined, late_grouped)):
             continue  # its output comes out of order too: stateful readers are reported
         timed[id(node)] = False  # the operators above it: the same cause, reported once
         yield (
@@ -178,8 +190,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 f"{type(node).__name__} at step {node.origin.step} reads items in publication "
                 "time (time: published), which may come out of order; over publication "
                 "time, only an aggregate or group over a periodic time window, or an "
-                "aggregate over a count window, and joins, semijoins and differences of "
-                "sliding time windows, of filters, maps and unions, run for now: read "
-                "its sources with time: ingest"
+                "aggregate over a count window, joins, semijoins and differences of "
+                "sliding time windows, and windowed groupings, of filters, maps and "
+                "unions, run for now: read its sources with time: ingest"
             ),
         )

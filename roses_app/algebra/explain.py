@@ -112,7 +112,12 @@ def _describe_time_operator(node: Node) -> str | None:
         return f"GroupBy γ by {node.by!r} reduce {describe_xquery(node.reduce)}{_lateness(node)}"
     if isinstance(node, WindowedGrouping):
         reduce = describe_xquery(node.reduce)
-        return f"WindowedGrouping by {node.by!r} last {node.size} reduce {reduce}"
+        out = f"WindowedGrouping by {node.by!r} last {node.size} reduce {reduce}"
+        if node.lateness:
+            out += f", lateness {duration(node.lateness)}"
+        if node.optimistic:
+            out += ", report optimistic (results published at once, revised in place)"
+        return out
     if isinstance(node, Nest | Unnest):
         return type(node).__name__
     return None

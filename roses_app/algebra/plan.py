@@ -320,8 +320,9 @@ class Diff(Node):
 
 
 def optimistic(node: Node) -> bool:
-    """Whether ``node`` is a join or difference with ``report: optimistic``."""
-    return isinstance(node, Join | Diff) and node.optimistic
+    """Whether ``node`` is a join, a difference or a windowed grouping with
+    ``report: optimistic``."""
+    return isinstance(node, Join | Diff | WindowedGrouping) and node.optimistic
 
 
 @dataclass(frozen=True, eq=False)
@@ -382,6 +383,16 @@ class WindowedGrouping(Node):
     by: str
     size: int
     reduce: XQuery
+    # Over items read in publication time (roses_app.algebra.lategrouping): the stream
+    # the results are published in (part of their guid), how long (µs) an item may
+    # come after the clock and still be grouped, and whether results are published at
+    # once and revised in place (optimistic) or once final.
+    stream: str = field(default="", metadata=LATER)
+    lateness: int = field(default=0, metadata=LATER)
+    optimistic: bool = field(default=False, metadata=LATER)
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
 
 @dataclass(frozen=True, eq=False)

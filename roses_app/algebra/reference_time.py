@@ -20,7 +20,7 @@ from itertools import groupby
 from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
-from roses_app.algebra.eventtime import late_joined, late_windowed
+from roses_app.algebra.eventtime import late_grouped, late_joined, late_windowed
 from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
 from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
 from roses_app.algebra.plan import (
@@ -40,6 +40,7 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
+from roses_app.algebra.reference_grouping import late_grouping_events
 from roses_app.algebra.reference_optimistic import optimistic_events
 from roses_app.algebra.reference_registry import (
     Context,
@@ -367,6 +368,8 @@ def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
     from roses_app.algebra.nested import windowed_grouping
     from roses_app.xmlfn import reduce_batch, split_batch
 
+    if late_grouped(node) is not None:
+        return late_grouping_events(node, ctx)
     events = run(node.input, ctx)
     present = items_only(events)
     keys = split_batch(node.by, ctx.ns, [e.item for e in present])

@@ -264,10 +264,19 @@ def _lateness(ctx: OperatorContext, args: Section, source: Node | None) -> tuple
 JOIN_REPORTS = ("on-close", "optimistic")
 
 
+IN_ORDER = {
+    "grouping": "in ingest time items come in order, so a result is final when it comes",
+}
+ALONE_KNOWN = "in ingest time an item's lack of a partner is known when it comes"
+
+
 def _optimistic(ctx: OperatorContext, args: Section, source: Node, kind: str) -> bool:
-    """``report: optimistic`` of a left or full join, a product or a difference over
-    publication time: an item without a partner is published at its arrival, and
-    taken back (replaced in place) when a partner comes (roses_app.algebra.latejoin)."""
+    """``report: optimistic`` of a left or full join, a product, a difference or a
+    windowed grouping over publication time: an item without a partner is published
+    at its arrival, and taken back (replaced in place) when a partner comes
+    (roses_app.algebra.latejoin); a grouping's result is published at its item's
+    arrival, and revised in place when a late item changes it
+    (roses_app.algebra.lategrouping)."""
     if "report" not in args:
         return False
     line = args.key_line("report")
@@ -276,8 +285,7 @@ def _optimistic(ctx: OperatorContext, args: Section, source: Node, kind: str) ->
         ctx.problem(
             line,
             f"{ctx.name}.report applies to items read in publication time (time: "
-            "published); in ingest time an item's lack of a partner is known when it "
-            "comes, and published then",
+            f"published); {IN_ORDER.get(kind, ALONE_KNOWN)}, and published then",
         )
         return False
     if report not in JOIN_REPORTS:
@@ -319,14 +327,23 @@ def _group(ctx: OperatorContext, value: Marked) -> Node | None:
 
 
 def _grouping(ctx: OperatorContext, value: Marked) -> Node | None:
-    args = ctx.arguments(value, required=("from", "by", "window", "reduce"))
+    args = ctx.arguments(
+        value, required=("from", "by", "window", "reduce"), optional=("lateness", "report")
+    )
     source = ctx.input(args.get("from"))
     by = ctx.xpath(args, "by")
     size = args.integer("window", None, minimum=1)
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
+    lateness, _ = _lateness(ctx, args, source)
     if source is None or by is None or size is None or reduce is None:
         return None
-    return WindowedGrouping(source, by, size, reduce, origin=ctx.origin)
+    optimistic = _optimistic(ctx, args, source, "grouping")
+    if not event_timed(source):  # the plan of ingest time, as before (its fingerprint)
+        return WindowedGrouping(source, by, size, reduce, origin=ctx.origin)
+    stream = ctx.origin.stream
+    return WindowedGrouping(
+        source, by, size, reduce, stream, lateness, optimistic, origin=ctx.origin
+    )
 
 
 def _plain(node_type: type[Nest | Unnest]) -> Builder:

@@ -43,6 +43,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.delta import delta, present
+from roses_app.algebra.eventtime import late_grouped
 from roses_app.algebra.plan import (
     CountWindow,
     Delta,
@@ -55,6 +56,7 @@ from roses_app.algebra.plan import (
 )
 from roses_app.algebra.windows import oldest_needed, window_content
 from roses_app.spark import udfs
+from roses_app.spark.lategrouping import late_grouping_frame
 from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower, register
 
 KEY = "seq_key"
@@ -342,6 +344,8 @@ def _window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
 
 @register
 def _windowed_grouping(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
+    if late_grouped(node) is not None:
+        return late_grouping_frame(node, ctx)
     hook = ctx.on_error(node)
     split = udfs.splitter_udf(node.by, ctx.namespaces, hook)
     keyed = lower(node.input, ctx).withColumn(KEY, split(F.col("item")))

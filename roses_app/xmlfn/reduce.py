@@ -7,10 +7,11 @@ from collections.abc import Iterable, Sequence
 
 from lxml import etree
 
+from roses_app.algebra import lategrouping
 from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan import WindowedGrouping, XQuery
 from roses_app.xmlfn.batch import OnError, report
-from roses_app.xmlfn.stamp import merged_session, stamp_window
+from roses_app.xmlfn.stamp import merged_session, stamp_grouping, stamp_window
 from roses_app.xmlfn.xpath import Namespaces
 
 
@@ -98,3 +99,37 @@ def advance_windows(
         if item is not None:
             out.append((e, item))
     return planned, settled, out
+
+
+def advance_grouping(
+    grouping: lategrouping.LateGrouping,
+    groups: Iterable[Sequence[Arrival]],
+    node: WindowedGrouping,
+    namespaces: Namespaces,
+    on_error: OnError | None = None,
+) -> tuple[lategrouping.Planned, lategrouping.Settled, list[tuple[lategrouping.Emission, str]]]:
+    """Arrival groups through a windowed grouping over publication time
+    (:mod:`roses_app.algebra.lategrouping`): the reducer over the results it
+    computes (one call per key), and what to publish, each with its stamped item."""
+    planned = grouping.advance(groups)
+    raw = reduce_raw(
+        node.reduce, namespaces, [(c.items, c.key) for c in planned.computations], on_error
+    )
+    settled = grouping.settle(planned, raw)
+    return planned, settled, stamped_results(settled.emissions, node.stream, on_error)
+
+
+def stamped_results(
+    emissions: Iterable[lategrouping.Emission], stream: str, on_error: OnError | None
+) -> list[tuple[lategrouping.Emission, str]]:
+    """Each windowed grouping result with its stamp (those that are not items are
+    reported and left out)."""
+    out: list[tuple[lategrouping.Emission, str]] = []
+    for e in emissions:
+        try:
+            item = stamp_grouping(e.item, stream, e.key, e.seq, e.time, e.revision)
+        except (etree.XMLSyntaxError, ValueError) as exc:  # the reducer checks its result
+            report(on_error, f"stamping a grouping result of {stream}", e.item, exc)
+            continue
+        out.append((e, item))
+    return out

@@ -18,6 +18,7 @@ ROSES_NS = "urn:x-roses"
 _WINDOW = f"{{{ROSES_NS}}}window"
 _NESTED = f"{{{ROSES_NS}}}nested"
 _WITHDRAWN = f"{{{ROSES_NS}}}withdrawn"
+_GROUPING = f"{{{ROSES_NS}}}grouping"
 
 
 def window_guid(stream: str, start: int, end: int, key: str | None = None) -> str:
@@ -58,6 +59,28 @@ def stamp_window(
         window.set("key", key)
     if revision:
         window.set("revision", str(revision))
+    return etree.tostring(root, encoding="unicode")
+
+
+def grouping_guid(stream: str, key: str, seq: int) -> str:
+    """A windowed grouping's result over publication time: named by its key and the
+    seq of its item (its content changes when a late item comes before it)."""
+    return f"roses:{quote(stream, safe='')}/grouping/{quote(key, safe='')}/{seq}"
+
+
+def stamp_grouping(xml: str, stream: str, key: str, seq: int, time: int, revision: int) -> str:
+    """The reducer's item with its guid and ``roses:grouping`` (key, its item's time,
+    and its revision number when it replaces results published before)."""
+    root = parse(xml)
+    for old in [*root.findall("guid"), *root.findall(_GROUPING)]:
+        root.remove(old)
+    guid = etree.SubElement(root, "guid", isPermaLink="false")
+    guid.text = grouping_guid(stream, key, seq)
+    grouping = etree.SubElement(root, _GROUPING, nsmap={"roses": ROSES_NS})
+    grouping.set("key", key)
+    grouping.set("time", iso8601(time))
+    if revision:
+        grouping.set("revision", str(revision))
     return etree.tostring(root, encoding="unicode")
 
 
