@@ -93,6 +93,7 @@ REDUCER = XQuery(
     "<item><title>{ string-join($items/title, ' + ') }</title>"
     "<category>{ count($items) }</category></item>"
 )
+COUNTER = XQuery("<item><title>{ count($items) }</title></item>")
 PAIR_PREDICATES = ("$i1/link = $i2/link", "$i1/category = $i2/category", "true()")
 
 
@@ -159,6 +160,22 @@ def out_of_order_event_lists(draw: st.DrawFn, max_size: int = 25) -> list[RefInp
         published = draw(st.none() | st.integers(max(0, ts - 12), ts))
         out.append(RefInput(draw(st.sampled_from(SOURCES)), ts, seq, draw(items()), published))
     return out
+
+
+def late_grouping_plans() -> st.SearchStrategy[Node]:
+    """A windowed grouping of a stateless plan in publication time, with a lateness,
+    reporting on close or optimistically; its reducer shows the items it reduces, or
+    only how many (then a late item often leaves a result unchanged)."""
+    return st.builds(
+        WindowedGrouping,
+        plans(max_leaves=2).map(published_time),
+        st.sampled_from(SPLITTERS),
+        st.integers(1, 3),
+        st.sampled_from((REDUCER, COUNTER)),
+        st.just("s"),
+        st.integers(0, 10),
+        st.booleans(),  # report: optimistic
+    )
 
 
 def published_time(plan: Node) -> Node:

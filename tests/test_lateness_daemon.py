@@ -232,3 +232,54 @@ def test_optimistic_results_are_published_at_once_and_taken_back_in_place(
     assert feeds["uncovered"][0].startswith("<item><title>Withdrawn: storm</title>")
     assert '<guid isPermaLink="false">https://example.org/storm</guid>' in feeds["uncovered"][0]
     assert health["revised_windows_per_stream"] == {"early": 1, "uncovered": 1}
+
+
+GROUPING_CONFIG = (
+    TWO_SOURCES
+    + """  threads:
+    grouping:
+      from: wire
+      by: "'all'"
+      window: 2
+      lateness: 7d
+      report: optimistic
+      reduce: "<item><title>{ string-join($items/title, ' then ') }</title></item>"
+    publish: {title: "Each wire story after the one before it"}
+  counted:
+    grouping:
+      from: wire
+      by: "'all'"
+      window: 2
+      lateness: 7d
+      report: optimistic
+      reduce: "<item><title>{ count($items) } to { $items[last()]/title/string() }</title></item>"
+"""
+)
+
+
+@pytest.mark.spark
+def test_a_late_item_revises_the_grouping_results_after_it_in_place(
+    tmp_path: Path, spark: object
+) -> None:
+    (tmp_path / "feeds.yaml").write_text(GROUPING_CONFIG)
+    now = datetime.now(UTC)
+    stories = [("storm", now - timedelta(days=2)), ("flood", now - timedelta(days=1))]
+    (tmp_path / "wire.xml").write_text(feed(stories))
+    (tmp_path / "blog.xml").write_text(feed([]))
+
+    def titles(items: list[str]) -> list[str]:
+        return [i.split("<title>")[1].split("</title>")[0] for i in items]
+
+    feeds, _ = published(tmp_path, ["threads", "counted"])
+    assert titles(feeds["threads"]) == ["storm then flood", "storm"]  # newest first
+    # the quake comes late (between the two, within the lateness): its result is new,
+    # and the flood's changes in place (same entry, revision 1); the flood's count
+    # does not change, so that stream publishes nothing again
+    stories.append(("quake", now - timedelta(hours=36)))
+    (tmp_path / "wire.xml").write_text(feed(stories))
+    feeds, health = published(tmp_path, ["threads", "counted"])
+    assert titles(feeds["threads"]) == ["quake then flood", "storm then quake", "storm"]
+    assert 'revision="1"' in feeds["threads"][0]
+    assert titles(feeds["counted"]) == ["2 to flood", "2 to quake", "1 to storm"]
+    assert health["revised_windows_per_stream"] == {"threads": 1}
+    assert health["unchanged_windows_per_stream"] == {"counted": 1}

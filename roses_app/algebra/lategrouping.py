@@ -21,7 +21,8 @@ as the joins of :mod:`roses_app.algebra.latejoin` do.  The rules:
   published again in place (same guid, a revision number); a result computed again
   but unchanged is counted, not published.
 * **Identity.**  A result's guid names the stream, the key and its item's seq
-  (:func:`roses_app.xmlfn.stamp.grouping_guid`).  It is published at its item's time
+  (:func:`roses_app.xmlfn.stamp.grouping_guid`; two items one event gives through a
+  union of two paths share it).  It is published at its item's time
   with the largest seq of the items it reduces, so that a revision is newer than the
   result it replaces.
 * **Kept.**  Per bucket, the items an item still on time could come before, and the

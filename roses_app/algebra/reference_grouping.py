@@ -90,12 +90,13 @@ def _as_they_come(
             if rank[bucket[j]] > rank[z]:
                 later.add(rank[bucket[j]])
             j -= 1
-        last: tuple[str, ...] | None = None
+        last: list[Arrival] | None = None
         for group in [rank[z], *sorted(later)]:
-            items, at = reduced(_last_arrived(bucket, i, size, rank, group))
-            if items != last:
+            window = _last_arrived(bucket, i, size, rank, group)
+            if window != last:  # other items (equal texts or not): computed again
+                items, at = reduced(window)
                 out.append(Computation(key, z.time, z.seq, at, items))
-                last = items
+                last = window
     return out
 
 
@@ -116,17 +117,20 @@ def _published(
 ) -> tuple[list[Emission], int]:
     """The results that differ from their item's last published one (each with its
     revision number), and how many were computed again unchanged."""
-    shown: dict[tuple[str, int], tuple[str, int]] = {}  # (key, seq): digest, revisions
+    # per item (key, seq, its text: two paths of a union may give one event two
+    # items): the digest of its last published result, and how many were published
+    shown: dict[tuple[str, int, str], tuple[str, int]] = {}
     emissions: list[Emission] = []
     unchanged = 0
     for c, result in zip(computations, results, strict=True):
         if result is None:
             continue
         found = digest(result)
-        last, revisions = shown.get((c.key, c.seq), (None, 0))
+        mine = (c.key, c.seq, c.items[-1])
+        last, revisions = shown.get(mine, (None, 0))
         if found == last:
             unchanged += 1
             continue
         emissions.append(Emission(c.key, c.time, c.seq, c.at, result, revisions))
-        shown[c.key, c.seq] = (found, revisions + 1)
+        shown[mine] = (found, revisions + 1)
     return emissions, unchanged

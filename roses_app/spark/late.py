@@ -108,14 +108,10 @@ class LateProcessor(JsonStateProcessor):
         )
         self.save_state(windows.dump())
         revised = sum(1 for e, _ in published if e.revision)
-        if self.tallies is not None and (planned.late or settled.unchanged or revised):
-            self.tallies.add(
-                {
-                    tally_key("late", node.stream): len(planned.late),
-                    tally_key("unchanged", node.stream): settled.unchanged,
-                    tally_key("revised", node.stream): revised,
-                }
-            )
+        counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
+        if self.tallies is not None and any(counts.values()):
+            # only what happened: /healthz lists a stream under what it counted
+            self.tallies.add({tally_key(k, node.stream): n for k, n in counts.items() if n})
         out = [(e.ts, e.seq, item, "") for e, item in published]
         if node.late == "publish":
             out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]

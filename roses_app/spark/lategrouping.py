@@ -65,10 +65,9 @@ class LateGroupingProcessor(JsonStateProcessor):
         )
         self.save_state(grouping.dump())
         revised = sum(1 for e, _ in published if e.revision)
-        if self.tallies is not None and (planned.late or settled.unchanged or revised):
-            counts = {"late": len(planned.late), "unchanged": settled.unchanged}
-            counts["revised"] = revised
-            self.tallies.add({tally_key(k, node.stream): n for k, n in counts.items()})
+        counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
+        if self.tallies is not None and any(counts.values()):
+            self.tallies.add({tally_key(k, node.stream): n for k, n in counts.items() if n})
         if published:
             yield output_frame([(e.time, e.at, item, "") for e, item in published])
 
