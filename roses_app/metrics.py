@@ -65,20 +65,23 @@ class SnapshotCollector(Collector):
         )
         yield _counter(
             "roses_items_too_late",
-            "Items later than the allowed lateness of a window over publication time",
+            "Items later than the allowed lateness of a window, join or windowed grouping "
+            "over publication time",
             "stream",
             now.too_late,
         )
         yield _counter(
             "roses_windows_unchanged",
-            "Window results computed again after a late item and not published again (unchanged)",
+            "Window or windowed grouping results computed again after a late item and not "
+            "published again (unchanged)",
             "stream",
             now.unchanged,
         )
         yield _counter(
             "roses_windows_revised",
             "Results published in place of an earlier one (a retraction of it): window "
-            "results revised, optimistic join items replaced or withdrawn",
+            "results revised, optimistic join items replaced or withdrawn, windowed "
+            "grouping results revised",
             "stream",
             now.revised,
         )

@@ -13,6 +13,7 @@ from roses_app.algebra.plan import (
     GroupBy,
     Join,
     Map,
+    Nest,
     Node,
     Report,
     Semijoin,
@@ -175,6 +176,18 @@ def late_grouping_plans() -> st.SearchStrategy[Node]:
         st.just("s"),
         st.integers(0, 10),
         st.booleans(),  # report: optimistic
+    )
+
+
+def late_sequential_plans() -> st.SearchStrategy[Node]:
+    """A window, a delta (of a window or not) or a nest of a stateless plan in
+    publication time: what roses_app.algebra.release feeds."""
+    below = plans(max_leaves=2).map(published_time)
+    kinds = st.sampled_from(("insert", "delete"))
+    return st.one_of(
+        windows(below),
+        st.builds(Delta, windows(below) | below, kinds),
+        st.builds(Nest, below),
     )
 
 

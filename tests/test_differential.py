@@ -27,12 +27,17 @@ from roses_app.replay import EventList, run_reference, run_spark
 pytestmark = pytest.mark.spark
 
 
-def assert_engines_agree(plans: list[Node], events: list[RefInput], tmp_path: Path) -> None:
+def assert_engines_agree(
+    plans: list[Node], events: list[RefInput], tmp_path: Path, lateness: int = 0
+) -> None:
     """The plans as streams s0, s1...: Spark's events are the reference's."""
     streams = {f"s{n}": StreamConfig(f"s{n}", plan, None) for n, plan in enumerate(plans)}
+    settings = Settings(
+        data_dir=tmp_path / "data", spark=SparkSettings(master="local[2]"), lateness=lateness
+    )
     config = Config(
         tmp_path / "feeds.yaml",
-        Settings(data_dir=tmp_path / "data", spark=SparkSettings(master="local[2]")),
+        settings,
         {},
         streams,
     )

@@ -94,7 +94,8 @@ def test_a_bad_time_and_a_window_over_publication_time_are_reported_with_their_l
         "    time: 12\n"
         "    filter: {from: blog, where: 'true()'}\n"
         "  last:\n"
-        "    delta: {from: {window: {from: blog, count: 3}}}\n",
+        "    group: {from: {window: {from: blog, count: 3}}, by: 'string(category)',\n"
+        "            reduce: '<item/>'}\n",
         tmp_path,
     )
     assert problems[0].startswith(
@@ -103,10 +104,10 @@ def test_a_bad_time_and_a_window_over_publication_time_are_reported_with_their_l
     )
     assert problems[1].startswith("6: streams.a.time must be one of ingest, published")
     assert problems[2].startswith(
-        "9: stream 'last': Window at step last/delta/window reads items in publication time"
+        "9: stream 'last': GroupBy at step last/group reads items in publication time"
     )
     assert "read its sources with time: ingest" in problems[2]
-    assert len(problems) == 3  # the delta above the window reads in order: not reported
+    assert len(problems) == 3  # the window below the group runs: not reported
 
 
 def test_replay_keeps_a_plausible_published_time_and_logs_the_others(
@@ -169,15 +170,15 @@ def test_the_spool_keeps_plausible_dates_and_counts_the_others(tmp_path: Path) -
 
 def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
     from roses_app.algebra.eventtime import inputs_first, unsupported_on_event_time
-    from roses_app.algebra.plan import CountWindow, Filter, Union, Window
+    from roses_app.algebra.plan import CountWindow, Filter, GroupBy, Union, Window, XQuery
 
     wire = Source("wire", "published")
-    window = Window(wire, CountWindow(2))
-    plan = Union((window, Filter(window, "true()"), Filter(wire, "true()")))
+    group = GroupBy(Window(wire, CountWindow(2)), "string(category)", XQuery("<item/>"))
+    plan = Union((group, Filter(group, "true()"), Filter(wire, "true()")))
     order = [id(n) for n in inputs_first(plan)]
     for node in plan.walk():
         assert all(order.index(id(c)) < order.index(id(node)) for c in node.children())
-    assert [n for n, _ in unsupported_on_event_time(plan)] == [window]
+    assert [n for n, _ in unsupported_on_event_time(plan)] == [group]
 
 
 def test_lateness_and_late_belong_to_windows_over_publication_time(tmp_path: Path) -> None:
@@ -285,7 +286,7 @@ def test_a_group_over_a_count_window_in_publication_time_is_refused(tmp_path: Pa
         tmp_path,
     )
     assert len(problems) == 1
-    assert problems[0].startswith("6: stream 'g': Window at step g/group/window reads items")
+    assert problems[0].startswith("5: stream 'g': GroupBy at step g/group reads items")
     assert "or an aggregate over a count window" in problems[0]
     config = parse_config(
         "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\nstreams:\n"

@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
+    Delta,
     Diff,
     Filter,
     GroupBy,
     Join,
     Map,
+    Nest,
     Node,
     Report,
     Semijoin,
@@ -106,6 +108,26 @@ def late_grouped(node: Node) -> Node | None:
     return node.input
 
 
+def late_sequential(node: Node) -> Node | None:
+    """The stream below ``node`` when it is a delta, a nest or a window (read as a
+    stream), or a run of windows and deltas, over a stateless plan of items read in
+    publication time: what :mod:`roses_app.algebra.release` feeds.  (A session window
+    is read by an aggregate or a group only.)"""
+    below = node
+    if isinstance(node, Nest):
+        below = node.input
+    else:
+        while isinstance(below, Window | Delta):
+            if isinstance(below, Window) and isinstance(below.spec, SessionWindow):
+                return None
+            below = below.input
+    if below is node or not event_timed(below):
+        return None
+    if any(not isinstance(n, STATELESS) for n in below.walk()):
+        return None
+    return below
+
+
 def publishes_late(node: Node) -> bool:
     """Whether ``node`` sends its items later than the lateness to its stream's
     ``late`` part (``late: publish``)."""
@@ -181,7 +203,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             continue
         if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
-        if any(found(node) is not None for found in (late_windowed, late_joined, late_grouped)):
+        late = (late_windowed, late_joined, late_grouped, late_sequential)
+        if any(found(node) is not None for found in late):
             continue  # its output comes out of order too: stateful readers are reported
         timed[id(node)] = False  # the operators above it: the same cause, reported once
         yield (
@@ -191,7 +214,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time (time: published), which may come out of order; over publication "
                 "time, only an aggregate or group over a periodic time window, or an "
                 "aggregate over a count window, joins, semijoins and differences of "
-                "sliding time windows, and windowed groupings, of filters, maps and "
-                "unions, run for now: read its sources with time: ingest"
+                "sliding time windows, windowed groupings, deltas, nests and windows "
+                "read as streams, of filters, maps and unions, run for now: read its "
+                "sources with time: ingest"
             ),
         )

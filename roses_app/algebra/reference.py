@@ -48,7 +48,8 @@ def evaluated_types() -> set[type]:
 def _context(
     inputs: Sequence[RefInput], namespaces: Namespaces, lateness: int, horizon: int | None
 ) -> Context:
-    return Context(inputs, namespaces, horizon_of(inputs, lateness) if horizon is None else horizon)
+    found = horizon_of(inputs, lateness) if horizon is None else horizon
+    return Context(inputs, namespaces, found, lateness=lateness)
 
 
 def evaluate(

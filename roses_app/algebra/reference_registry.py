@@ -62,6 +62,9 @@ class Context:
     ns: Namespaces = ()
     horizon: int = 0
     memo: dict[Node, list[RefEvent]] = field(default_factory=dict)
+    # how late an item read in publication time may come (settings.lateness), for the
+    # operators that take no lateness of their own (roses_app.algebra.release)
+    lateness: int = 0
     # windows over publication time: the items too late for them, per node, and how
     # many results computed again had not changed (not published again)
     late: dict[Node, list[RefEvent]] = field(default_factory=dict)

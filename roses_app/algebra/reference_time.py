@@ -20,7 +20,7 @@ from itertools import groupby
 from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
-from roses_app.algebra.eventtime import late_grouped, late_joined, late_windowed
+from roses_app.algebra.eventtime import late_grouped, late_joined, late_sequential, late_windowed
 from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
 from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
 from roses_app.algebra.plan import (
@@ -51,6 +51,7 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
+from roses_app.algebra.reference_release import sequential_input
 from roses_app.algebra.windows import (
     call_bounds,
     count_window,
@@ -58,6 +59,8 @@ from roses_app.algebra.windows import (
     refresh_bounds,
     refreshes_holding,
 )
+
+ALL_DECIDED = 2**63 - 1  # a horizon past every time
 
 # -- windows ---------------------------------------------------------------------------
 
@@ -103,7 +106,7 @@ def side(node: Node) -> tuple[Node, WindowSpec | None]:
 
 @register
 def _window(node: Window, ctx: Context) -> list[RefEvent]:
-    events = run(node.input, ctx)
+    events = sequential_input(node, ctx)
     call = WindowCall(events, node.spec)
     out = set(heartbeats(events))
     for t in sorted({e.ts for e in events}):
@@ -245,7 +248,7 @@ def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
 
 @register
 def _delta(node: Delta, ctx: Context) -> list[RefEvent]:
-    events = run(node.input, ctx)
+    events = sequential_input(node, ctx)
     changes, _ = delta(node.kind, events, {}, RefEvent)
     return ordered({*heartbeats(events), *changes})
 
@@ -389,9 +392,11 @@ def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
 def _nest(node: Nest, ctx: Context) -> list[RefEvent]:
     from roses_app.xmlfn.stamp import nest_items
 
+    # over publication time, what is released is final: every time is decided
+    horizon = ctx.horizon if late_sequential(node) is None else ALL_DECIDED
     return [
         RefEvent(ts, min(e.seq for e in events), nest_items([e.item or "" for e in events], ts))
-        for ts, _, _, _, events in _time_groups(items_only(run(node.input, ctx)), ctx.horizon)
+        for ts, _, _, _, events in _time_groups(items_only(sequential_input(node, ctx)), horizon)
     ]
 
 

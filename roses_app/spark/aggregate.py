@@ -178,8 +178,9 @@ def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
     return _finish(groups, reduce("items", "start", "ts", "key"))
 
 
-@register
-def _nest(node: Nest, ctx: LowerContext) -> DataFrame:
+def nest_frame(node: Nest, ctx: LowerContext) -> DataFrame:
+    """Nest over ingest time (the handler is in :mod:`roses_app.spark.latesequential`,
+    which also lowers it over publication time)."""
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)
     return _finish(groups, nester_udf(ctx.on_error(node))("items", "ts"))

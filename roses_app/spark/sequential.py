@@ -333,9 +333,9 @@ def chain(node: Window | Delta) -> tuple[Node, list[Window | Delta]]:
     return below, run[::-1]
 
 
-@register(Window)
-@register(Delta)
-def _window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
+def window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
+    """A run of windows and deltas over ingest time (the handler is in
+    :mod:`roses_app.spark.latesequential`, which also lowers them over publication time)."""
     below, run = chain(node)
     # a late row is dropped where the chain reads its input: the lowest node's step
     processor = SequentialProcessor([stage_of(n) for n in run], ctx.on_error(run[0]))
