@@ -180,14 +180,24 @@ def late_grouping_plans() -> st.SearchStrategy[Node]:
 
 
 def late_sequential_plans() -> st.SearchStrategy[Node]:
-    """A window, a delta (of a window or not) or a nest of a stateless plan in
-    publication time: what roses_app.algebra.release feeds."""
+    """A window, a delta (of a window or not), a nest or a group over a count window
+    of a stateless plan in publication time: what roses_app.algebra.release feeds."""
     below = plans(max_leaves=2).map(published_time)
     kinds = st.sampled_from(("insert", "delete"))
+    counted = st.builds(Window, below, st.builds(CountWindow, st.integers(1, 4)))
     return st.one_of(
         windows(below),
         st.builds(Delta, windows(below) | below, kinds),
         st.builds(Nest, below),
+        st.builds(
+            GroupBy,
+            counted,
+            st.sampled_from(SPLITTERS),
+            st.just(REDUCER),
+            st.just("s"),
+            st.integers(0, 10),
+            st.sampled_from(("drop", "publish")),
+        ),
     )
 
 

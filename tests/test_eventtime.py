@@ -82,7 +82,7 @@ def test_time_is_set_per_source_and_a_stream_overrides_it_for_the_sources_it_nam
     assert describe(Source("wire", "published")) == "Source wire (published time)"
 
 
-def test_a_bad_time_and_a_window_over_publication_time_are_reported_with_their_line(
+def test_a_bad_time_and_an_aggregate_of_a_delta_over_publication_time_are_reported_with_their_line(
     tmp_path: Path,
 ) -> None:
     problems = problems_in(
@@ -94,8 +94,7 @@ def test_a_bad_time_and_a_window_over_publication_time_are_reported_with_their_l
         "    time: 12\n"
         "    filter: {from: blog, where: 'true()'}\n"
         "  last:\n"
-        "    group: {from: {window: {from: blog, count: 3}}, by: 'string(category)',\n"
-        "            reduce: '<item/>'}\n",
+        "    aggregate: {from: {delta: {from: blog}}, reduce: '<item/>'}\n",
         tmp_path,
     )
     assert problems[0].startswith(
@@ -104,10 +103,10 @@ def test_a_bad_time_and_a_window_over_publication_time_are_reported_with_their_l
     )
     assert problems[1].startswith("6: streams.a.time must be one of ingest, published")
     assert problems[2].startswith(
-        "9: stream 'last': GroupBy at step last/group reads items in publication time"
+        "9: stream 'last': Aggregate at step last/aggregate reads items in publication time"
     )
     assert "read its sources with time: ingest" in problems[2]
-    assert len(problems) == 3  # the window below the group runs: not reported
+    assert len(problems) == 3  # the delta below the aggregate runs: not reported
 
 
 def test_replay_keeps_a_plausible_published_time_and_logs_the_others(
@@ -170,10 +169,10 @@ def test_the_spool_keeps_plausible_dates_and_counts_the_others(tmp_path: Path) -
 
 def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
     from roses_app.algebra.eventtime import inputs_first, unsupported_on_event_time
-    from roses_app.algebra.plan import CountWindow, Filter, GroupBy, Union, Window, XQuery
+    from roses_app.algebra.plan import Aggregate, Delta, Filter, Union, XQuery
 
     wire = Source("wire", "published")
-    group = GroupBy(Window(wire, CountWindow(2)), "string(category)", XQuery("<item/>"))
+    group = Aggregate(Delta(wire), XQuery("<item/>"))
     plan = Union((group, Filter(group, "true()"), Filter(wire, "true()")))
     order = [id(n) for n in inputs_first(plan)]
     for node in plan.walk():
@@ -277,17 +276,22 @@ def test_report_policies_are_read_and_their_mistakes_reported(tmp_path: Path) ->
     assert len(problems) == 4
 
 
-def test_a_group_over_a_count_window_in_publication_time_is_refused(tmp_path: Path) -> None:
-    # a late item could take a key out of a published window: not supported
-    problems = problems_in(
+def test_a_group_over_a_count_window_in_publication_time_reports_on_close(
+    tmp_path: Path,
+) -> None:
+    # a late item could take a key out of a published window: its results wait until
+    # final (roses_app.algebra.release), and a report policy is refused with its line
+    from roses_app.algebra.eventtime import late_sequential
+
+    group = (
         "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\nstreams:\n"
         "  g:\n    group:\n      from: {window: {from: wire, count: 3}}\n"
-        "      by: string(category)\n      reduce: '<item/>'\n",
-        tmp_path,
+        "      by: string(category)\n      reduce: '<item/>'\n"
     )
-    assert len(problems) == 1
-    assert problems[0].startswith("5: stream 'g': GroupBy at step g/group reads items")
-    assert "or an aggregate over a count window" in problems[0]
+    config = parse_config(group + "      lateness: 1h\n", tmp_path / "feeds.yaml")
+    assert late_sequential(config.streams["g"].plan) is not None
+    problems = problems_in(group + "      report: on-change\n", tmp_path)
+    assert len(problems) == 1 and problems[0].startswith("9: group.report and .tick apply")
     config = parse_config(
         "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\nstreams:\n"
         "  a: {aggregate: {from: {window: {from: wire, count: 3}}, reduce: '<item/>'}}\n",

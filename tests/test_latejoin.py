@@ -138,8 +138,8 @@ def test_operators_a_late_item_would_take_back_are_refused_with_their_line(
     found = problems(
         tmp_path,
         "  x: {delta: {from: {join: {left: wire, right: blog, on: 'true()'}}}}\n"
-        "  y: {group: {from: {window: {from: wire, count: 3}}, by: 'string(category)',"
-        " reduce: '<item/>'}}\n",
+        "  y: {aggregate: {from: {window: {from: {join: {left: wire, right: blog, on: 'true()'}},"
+        " count: 3}}, reduce: '<item/>'}}\n",
     )
     assert "feeds.yaml:6" in found and "feeds.yaml:7" in found
     assert "joins, semijoins and differences of sliding time windows" in found

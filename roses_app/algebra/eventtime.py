@@ -109,13 +109,19 @@ def late_grouped(node: Node) -> Node | None:
 
 
 def late_sequential(node: Node) -> Node | None:
-    """The stream below ``node`` when it is a delta, a nest or a window (read as a
-    stream), or a run of windows and deltas, over a stateless plan of items read in
-    publication time: what :mod:`roses_app.algebra.release` feeds.  (A session window
-    is read by an aggregate or a group only.)"""
+    """The stream below ``node`` when it is a delta, a nest, a window (read as a
+    stream), a run of windows and deltas, or a group over a count window, over a
+    stateless plan of items read in publication time: what
+    :mod:`roses_app.algebra.release` feeds.  (A session window is read by an aggregate
+    or a group only.)"""
     below = node
     if isinstance(node, Nest):
         below = node.input
+    elif isinstance(node, GroupBy):
+        window = node.input  # a group over a count window (the others: late_windowed)
+        if not (isinstance(window, Window) and isinstance(window.spec, CountWindow)):
+            return None
+        below = window.input
     else:
         while isinstance(below, Window | Delta):
             if isinstance(below, Window) and isinstance(below.spec, SessionWindow):
@@ -142,7 +148,8 @@ def reportable(node: Aggregate | GroupBy) -> bool:
 def reportable_input(window: Node, aggregate: bool) -> bool:
     """Whether ``window`` is a periodic time window, a session window, or (an
     aggregate's) a count window.  (A group over a count window is not: a late item
-    could take a key out of a window already published.)"""
+    could take a key out of a window already published; over publication time it
+    reports on close, :mod:`roses_app.algebra.release`.)"""
     if not isinstance(window, Window):
         return False
     spec = window.spec
@@ -214,8 +221,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time (time: published), which may come out of order; over publication "
                 "time, only an aggregate or group over a periodic time window, or an "
                 "aggregate over a count window, joins, semijoins and differences of "
-                "sliding time windows, windowed groupings, deltas, nests and windows "
-                "read as streams, of filters, maps and unions, run for now: read its "
-                "sources with time: ingest"
+                "sliding time windows, windowed groupings, deltas, nests, windows "
+                "read as streams and groups over count windows, of filters, maps and "
+                "unions, run for now: read its sources with time: ingest"
             ),
         )

@@ -102,7 +102,7 @@ def evaluate_streams(
             out[stream.name] = {"": items_only(run(stream.plan, ctx))}
             late = ctx.late.get(stream.plan)
             if late and publishes_late(stream.plan):
-                out[stream.name][LATE_PART] = late
+                out[stream.name][LATE_PART] = ordered(late)  # in output order, as Spark's
     return out
 
 

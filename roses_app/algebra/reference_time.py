@@ -51,7 +51,7 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_release import sequential_input
+from roses_app.algebra.reference_release import released_count_groups, sequential_input
 from roses_app.algebra.windows import (
     call_bounds,
     count_window,
@@ -331,6 +331,8 @@ def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
 def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
     if late_windowed(node) is not None:
         return _late_windows(node, ctx)
+    if late_sequential(node) is not None:  # over a count window: on close
+        return _reduce(ctx, node, _keyed(ctx, node.by, released_count_groups(node, ctx)))
     return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
 
 

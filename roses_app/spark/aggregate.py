@@ -167,8 +167,9 @@ def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
     return _finish(groups, reduce("items", "start", "ts", "key"))
 
 
-@register
-def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
+def group_by_frame(node: GroupBy, ctx: LowerContext) -> DataFrame:
+    """γ (the handler is in :mod:`roses_app.spark.latesequential`, which lowers a group
+    over a count window over publication time itself)."""
     if late_windowed(node) is not None:
         return late_frame(node, ctx)
     frame, buckets = grouped_input(node, ctx)

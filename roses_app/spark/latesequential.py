@@ -1,13 +1,16 @@
-"""Lowering of Window (read as a stream), Delta and Nest: over ingest time as
-:mod:`roses_app.spark.sequential` and :mod:`roses_app.spark.aggregate` say; over items
-read in publication time, the rule of :mod:`roses_app.algebra.release`.
+"""Lowering of Window (read as a stream), Delta, Nest and GroupBy: over ingest time
+(and γ over the other windows) as :mod:`roses_app.spark.sequential` and
+:mod:`roses_app.spark.aggregate` say; over items read in publication time, the rule of
+:mod:`roses_app.algebra.release`.
 
 Over publication time one ``transformWithStateInPandas`` operator, under one constant
 key (the clock is the latest time seen of every item), holds the items on time until
 the clock is more than the lateness past them, then runs them in time order through
-the same stages as over ingest time (the windows and deltas of the run, or the nest).
-Its state (the clock, the items held and each stage's memory) is JSON in one value
-state.  Items later than the lateness are counted under ``late:STREAM``.
+the same stages as over ingest time (the windows and deltas of the run, the nest, or
+a count window and the group).  Its state (the clock, the items held and each stage's
+memory) is JSON in one value state.  Items later than the lateness are counted under
+``late:STREAM`` (and a group with ``late: publish`` publishes them in its ``late``
+part).
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
-from roses_app.algebra.eventtime import late_sequential
-from roses_app.algebra.lateness import arrival_groups, tally_key
-from roses_app.algebra.plan import Delta, Nest, Node, Window
+from roses_app.algebra.eventtime import late_sequential, publishes_late
+from roses_app.algebra.lateness import LATE_PART, arrival_groups, tally_key
+from roses_app.algebra.plan import Delta, GroupBy, Nest, Node, Window
 from roses_app.algebra.release import Release
 from roses_app.spark import udfs
-from roses_app.spark.aggregate import nest_frame, nest_groups
+from roses_app.spark.aggregate import group_by_frame, nest_frame, nest_groups
 from roses_app.spark.late import (
     OUTPUT_DDL,
     JsonStateProcessor,
@@ -35,7 +38,7 @@ from roses_app.spark.late import (
     read_arrivals,
     timed_input,
 )
-from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, register
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, register
 from roses_app.spark.sequential import (
     Event,
     Memory,
@@ -71,6 +74,40 @@ class NestOperator:
         return out, []
 
 
+@dataclass(frozen=True)
+class GroupOperator:
+    """γ as a stage: at each input time (its items: a window's content), one item per
+    key, the reducer over the key's items, stamped as over ingest time."""
+
+    node: GroupBy
+    namespaces: Namespaces
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        from roses_app.xmlfn import split_batch
+        from roses_app.xmlfn.reduce import reduce_groups
+
+        node = self.node
+        groups: list[tuple[int, str, list[Event]]] = []
+        for t, items in by_time(rows):
+            keys = split_batch(node.by, self.namespaces, [e.item for e in items], self.on_error)
+            buckets: dict[str, list[Event]] = {}
+            for e, found in zip(items, keys, strict=True):
+                if found is not None:
+                    buckets.setdefault(found, []).append(e)
+            groups += [(t, found, bucket) for found, bucket in sorted(buckets.items())]
+        windows = [([e.item or "" for e in b], t, t, found) for t, found, b in groups]
+        results = reduce_groups(node.reduce, self.namespaces, node.stream, windows, self.on_error)
+        out = [
+            Event(t, min(e.seq for e in b), item)
+            for (t, _, b), item in zip(groups, results, strict=True)
+            if item is not None
+        ]
+        return out, []
+
+
 class LateSequentialProcessor(JsonStateProcessor):
     """One :class:`Release` and the stages it feeds, micro-batch after micro-batch."""
 
@@ -86,6 +123,7 @@ class LateSequentialProcessor(JsonStateProcessor):
         self.stream = node.origin.stream
         self.stages = tuple(stages)
         self.lateness = lateness
+        self.late_part = publishes_late(node)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -100,6 +138,8 @@ class LateSequentialProcessor(JsonStateProcessor):
         if self.tallies is not None and late:
             self.tallies.add({tally_key("late", self.stream): len(late)})
         published = [(e.ts, e.seq, e.item, "") for e in out if e.item is not None]
+        if self.late_part:
+            published += [(a.time, a.seq, a.item or "", LATE_PART) for a in late]
         if published:
             yield output_frame(published)
 
@@ -116,17 +156,23 @@ def load_memory(saved: dict[str, Any] | None) -> Memory:
     return Memory(saved["clock"], kept)
 
 
-def late_sequential_frame(node: Window | Delta | Nest, ctx: LowerContext) -> DataFrame:
+def late_sequential_frame(node: Window | Delta | Nest | GroupBy, ctx: LowerContext) -> DataFrame:
     """The results of ``node`` over publication time: see the module doc."""
     below = late_sequential(node)
     assert below is not None
+    lateness = ctx.lateness  # settings.lateness: these take no lateness of their own
+    stages: list[Operator]
     if isinstance(node, Nest):
-        stages: list[Operator] = [NestOperator(ctx.on_error(node))]
+        stages = [NestOperator(ctx.on_error(node))]
+    elif isinstance(node, GroupBy):
+        assert isinstance(node.input, Window)
+        stages = [stage_of(node.input), GroupOperator(node, ctx.namespaces, ctx.on_error(node))]
+        lateness = node.lateness
     else:
         stages = [stage_of(n) for n in chain(node)[1]]
     frame = timed_input(node, below, ctx)
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event")
-    processor = LateSequentialProcessor(node, stages, ctx.lateness, ctx.on_error(node), ctx.errors)
+    processor = LateSequentialProcessor(node, stages, lateness, ctx.on_error(node), ctx.errors)
     out = rows.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=OUTPUT_DDL,
@@ -135,6 +181,8 @@ def late_sequential_frame(node: Window | Delta | Nest, ctx: LowerContext) -> Dat
         # No event-time column, as for the late windows (roses_app.spark.late): results
         # come at publication times, behind the watermark.
     )
+    if publishes_late(node):
+        return out.select(*EVENT_COLUMNS, "part")
     return out.select(*EVENT_COLUMNS)
 
 
@@ -151,3 +199,10 @@ def _nest(node: Nest, ctx: LowerContext) -> DataFrame:
     if late_sequential(node) is not None:
         return late_sequential_frame(node, ctx)
     return nest_frame(node, ctx)
+
+
+@register
+def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
+    if late_sequential(node) is not None:
+        return late_sequential_frame(node, ctx)
+    return group_by_frame(node, ctx)
