@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from roses_app.algebra.eventtime import late_sequential
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
@@ -154,7 +155,10 @@ def describe(node: Node) -> str:
         return f"Union ∪ of {len(node.inputs)}"
     if isinstance(node, Split):
         return f"Split Ψ by {node.by!r}"
-    return _describe_time_operator(node) or type(node).__name__
+    described = _describe_time_operator(node) or type(node).__name__
+    if late_sequential(node) is not None:
+        described += ", on close: items released in time order once the lateness has passed"
+    return described
 
 
 def shared_subplans(plans: Mapping[str, Node]) -> dict[Node, frozenset[str]]:
