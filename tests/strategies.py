@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from roses_app.algebra.plan import (
@@ -27,6 +28,13 @@ from roses_app.algebra.plan import (
     XQuery,
 )
 from roses_app.algebra.reference import RefInput
+
+# A Spark differential test: a few examples (each runs queries), the session fixture.
+SPARK_EXAMPLES = settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 SOURCES = ("a", "b")
 WORDS = ("volcano", "football", "Iceland", "vote", "lava")

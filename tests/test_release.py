@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import late_sequential_plans, out_of_order_event_lists
+from strategies import SPARK_EXAMPLES, late_sequential_plans, out_of_order_event_lists
 from test_differential import assert_engines_agree
 
 from roses_app.algebra.eventtime import late_sequential
@@ -101,11 +101,7 @@ def test_the_config_takes_delta_nest_and_windows_over_publication_time(tmp_path:
 
 
 @pytest.mark.spark
-@settings(
-    max_examples=4,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@SPARK_EXAMPLES
 @given(
     events=out_of_order_event_lists(max_size=30),
     plans=st.lists(late_sequential_plans(), min_size=2, max_size=2),

@@ -76,6 +76,13 @@ class JsonStateProcessor(StatefulProcessor):
     def save_state(self, value: Any) -> None:
         self.state.update((json.dumps(value),))
 
+    def tally(self, stream: str, **counts: int) -> None:
+        """Add what happened (late, unchanged, revised: see ``TALLIES``) to the
+        stream's counts; /healthz lists a stream only under what it counted."""
+        found = {tally_key(kind, stream): n for kind, n in counts.items() if n}
+        if self.tallies is not None and found:
+            self.tallies.add(found)
+
     def close(self) -> None:
         """Nothing to release: the state lives in the state store."""
 
@@ -108,10 +115,9 @@ class LateProcessor(JsonStateProcessor):
         )
         self.save_state(windows.dump())
         revised = sum(1 for e, _ in published if e.revision)
-        counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
-        if self.tallies is not None and any(counts.values()):
-            # only what happened: /healthz lists a stream under what it counted
-            self.tallies.add({tally_key(k, node.stream): n for k, n in counts.items() if n})
+        self.tally(
+            node.stream, late=len(planned.late), unchanged=settled.unchanged, revised=revised
+        )
         out = [(e.ts, e.seq, item, "") for e, item in published]
         if node.late == "publish":
             out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]

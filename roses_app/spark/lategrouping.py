@@ -24,7 +24,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import late_grouped
 from roses_app.algebra.lategrouping import LateGrouping
-from roses_app.algebra.lateness import arrival_groups, tally_key
+from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.plan import WindowedGrouping
 from roses_app.spark import udfs
 from roses_app.spark.late import (
@@ -65,9 +65,9 @@ class LateGroupingProcessor(JsonStateProcessor):
         )
         self.save_state(grouping.dump())
         revised = sum(1 for e, _ in published if e.revision)
-        counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
-        if self.tallies is not None and any(counts.values()):
-            self.tallies.add({tally_key(k, node.stream): n for k, n in counts.items() if n})
+        self.tally(
+            node.stream, late=len(planned.late), unchanged=settled.unchanged, revised=revised
+        )
         if published:
             yield output_frame([(e.time, e.at, item, "") for e, item in published])
 

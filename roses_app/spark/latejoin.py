@@ -25,7 +25,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import JoinSides, late_joined
 from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
-from roses_app.algebra.lateness import arrival_groups, tally_key
+from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.plan import Diff, Join, Semijoin, optimistic
 from roses_app.spark import udfs
 from roses_app.spark.late import (
@@ -66,9 +66,7 @@ class LateJoinProcessor(JsonStateProcessor):
         planned = join.advance(arrival_groups(read_arrivals(rows, "side")))
         out, revised = late_join_results(node, join, planned, self.namespaces, self.on_error)
         self.save_state(join.dump())
-        if self.tallies is not None and (planned.late or revised):
-            counts = {"late": len(planned.late), "revised": revised}
-            self.tallies.add({tally_key(k, node.origin.stream): n for k, n in counts.items()})
+        self.tally(node.origin.stream, late=len(planned.late), revised=revised)
         if out:
             yield output_frame([(ts, seq, item, "") for ts, seq, item in out])
 

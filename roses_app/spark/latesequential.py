@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import late_sequential, publishes_late
-from roses_app.algebra.lateness import LATE_PART, arrival_groups, tally_key
+from roses_app.algebra.lateness import LATE_PART, arrival_groups
 from roses_app.algebra.plan import Delta, GroupBy, Nest, Node, Window
 from roses_app.algebra.release import Release
 from roses_app.spark import udfs
@@ -135,8 +135,7 @@ class LateSequentialProcessor(JsonStateProcessor):
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
         self.save_state({"release": release.dump(), "memory": dump_memory(memory)})
-        if self.tallies is not None and late:
-            self.tallies.add({tally_key("late", self.stream): len(late)})
+        self.tally(self.stream, late=len(late))
         published = [(e.ts, e.seq, e.item, "") for e in out if e.item is not None]
         if self.late_part:
             published += [(a.time, a.seq, a.item or "", LATE_PART) for a in late]
