@@ -44,6 +44,12 @@ STATELESS = (Source, Filter, Map, Union, Split)
 LateSpec = TimeWindow | CountWindow | SessionWindow  # the windows lateness.py runs
 
 
+def stateless(plan: Node) -> bool:
+    """Whether ``plan`` has only filters, maps, unions and splits over its sources:
+    what the operators over publication time read."""
+    return all(isinstance(n, STATELESS) for n in plan.walk())
+
+
 def event_time(ingest: int, published: int | None, mode: str) -> int:
     """An item's time for a source in ``mode`` (see :class:`~roses_app.algebra.plan.Source`)."""
     if mode == "published" and published is not None:
@@ -71,7 +77,7 @@ def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
     sessions = isinstance(window.spec, SessionWindow)  # only this engine has them
     if not (sessions or event_timed(below) or node.report != Report()):
         return None
-    if any(not isinstance(n, STATELESS) for n in below.walk()):
+    if not stateless(below):
         return None
     return below, window.spec
 
@@ -91,7 +97,7 @@ def late_joined(node: Node) -> JoinSides | None:
         below, spec = (side.input, side.spec) if isinstance(side, Window) else (side, None)
         if spec is not None and not (isinstance(spec, TimeWindow) and spec.period is None):
             return None
-        if any(not isinstance(n, STATELESS) for n in below.walk()):
+        if not stateless(below):
             return None
         found += [below, spec]
     return found[0], found[1], found[2], found[3]  # type: ignore[return-value]
@@ -103,7 +109,7 @@ def late_grouped(node: Node) -> Node | None:
     runs."""
     if not isinstance(node, WindowedGrouping) or not event_timed(node):
         return None
-    if any(not isinstance(n, STATELESS) for n in node.input.walk()):
+    if not stateless(node.input):
         return None
     return node.input
 
@@ -129,7 +135,7 @@ def late_sequential(node: Node) -> Node | None:
             below = below.input
     if below is node or not event_timed(below):
         return None
-    if any(not isinstance(n, STATELESS) for n in below.walk()):
+    if not stateless(below):
         return None
     return below
 

@@ -289,16 +289,13 @@ def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
 
 
 def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:
-    from roses_app.xmlfn import split_batch
+    from roses_app.xmlfn.reduce import keyed_buckets
 
     out: list[Group] = []
     for ts, start, end, _, events in groups:
-        keys = split_batch(by, ctx.ns, [e.item for e in events])
-        buckets: dict[str, list[RefEvent]] = {}
-        for e, key in zip(events, keys, strict=True):
-            if key is not None:
-                buckets.setdefault(key, []).append(e)
-        out.extend((ts, start, end, key, bucket) for key, bucket in sorted(buckets.items()))
+        out.extend(
+            (ts, start, end, key, bucket) for key, bucket in keyed_buckets(by, ctx.ns, events)
+        )
     return out
 
 

@@ -86,18 +86,14 @@ class GroupOperator:
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
     ) -> tuple[list[Event], list[Event]]:
-        from roses_app.xmlfn import split_batch
-        from roses_app.xmlfn.reduce import reduce_groups
+        from roses_app.xmlfn.reduce import keyed_buckets, reduce_groups
 
         node = self.node
-        groups: list[tuple[int, str, list[Event]]] = []
-        for t, items in by_time(rows):
-            keys = split_batch(node.by, self.namespaces, [e.item for e in items], self.on_error)
-            buckets: dict[str, list[Event]] = {}
-            for e, found in zip(items, keys, strict=True):
-                if found is not None:
-                    buckets.setdefault(found, []).append(e)
-            groups += [(t, found, bucket) for found, bucket in sorted(buckets.items())]
+        groups = [
+            (t, found, bucket)
+            for t, items in by_time(rows)
+            for found, bucket in keyed_buckets(node.by, self.namespaces, items, self.on_error)
+        ]
         windows = [([e.item or "" for e in b], t, t, found) for t, found, b in groups]
         results = reduce_groups(node.reduce, self.namespaces, node.stream, windows, self.on_error)
         out = [

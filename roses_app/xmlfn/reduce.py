@@ -4,15 +4,31 @@ publish it (the XQuery reducer, then the window's guid and bounds)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from lxml import etree
 
 from roses_app.algebra import lategrouping
 from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
 from roses_app.algebra.plan import WindowedGrouping, XQuery
-from roses_app.xmlfn.batch import OnError, report
+from roses_app.xmlfn.batch import OnError, report, split_batch
 from roses_app.xmlfn.stamp import merged_session, stamp_grouping, stamp_window
 from roses_app.xmlfn.xpath import Namespaces
+
+H = TypeVar("H", bound=lategrouping.Held)
+
+
+def keyed_buckets(
+    by: str, namespaces: Namespaces, events: Sequence[H], on_error: OnError | None = None
+) -> list[tuple[str, list[H]]]:
+    """γ's groups of ``events`` (one time's, or one window's): per key ``by`` gives,
+    in key order, its events in their order; an event without a key goes nowhere."""
+    keys = split_batch(by, namespaces, [e.item for e in events], on_error)
+    buckets: dict[str, list[H]] = {}
+    for e, key in zip(events, keys, strict=True):
+        if key is not None:
+            buckets.setdefault(key, []).append(e)
+    return sorted(buckets.items())
 
 
 def reduce_raw(
