@@ -74,8 +74,8 @@ def render_opml(
     """
     opml = etree.Element("opml", version="2.0")
     head = etree.SubElement(opml, "head")
+    # no <docs> (optional in OPML 2.0): the W3C validator does not know it
     etree.SubElement(head, "title").text = label(title)
-    etree.SubElement(head, "docs").text = "http://opml.org/spec2.opml"
     body = etree.SubElement(opml, "body")
 
     def outline(parent: etree._Element, feed: FeedInfo) -> None:
