@@ -27,6 +27,7 @@ from roses_app.algebra.reference_registry import event_order
 from roses_app.config.model import Config
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
+from roses_app.heap import collector_paused
 from roses_app.items import Event, iso8601, iso_micros, parse_item, safe_filename
 from roses_app.store import OutRow, RowLike
 
@@ -152,6 +153,8 @@ class MemorySink:
             return False
         self._applied.add((query_id, batch_id))
         collected = self.collected
+        make = tuple.__new__  # RefEvent's own __new__ is a Python call per event
+        lists: dict[tuple[str, str], list[RefEvent]] = {}
         for row in rows:
             # plain tuples as the engine hands them over: no OutRow per row
             stream, part, ts, seq, item = (
@@ -159,11 +162,10 @@ class MemorySink:
                 if isinstance(row, OutRow)
                 else row[:5]
             )
-            parts = collected[stream]
-            events = parts.get(part)
+            events = lists.get((stream, part))
             if events is None:
-                events = parts[part] = []
-            events.append(RefEvent(ts, seq, item))
+                events = lists[stream, part] = collected[stream].setdefault(part, [])
+            events.append(make(RefEvent, (ts, seq, item)))
         if position is not None:
             self._positions[query_id] = max(position, self._positions.get(query_id, 0))
         return True
@@ -209,14 +211,15 @@ def run_spark(
         # Several files, so that every core gets a partition of the list.
         chunks = max(1, spark.sparkContext.defaultParallelism)
         size = -(-len(events.events) // chunks) or 1
-        for n in range(0, max(len(events.events), 1), size):
-            write_events(
-                log_dir / f"events-{n:012d}.jsonl",
-                [
-                    Event(e.source, e.ts, e.seq, e.item, e.published)
-                    for e in events.events[n : n + size]
-                ],
-            )
+        with collector_paused():  # an Event per event, no cycle among them
+            for n in range(0, max(len(events.events), 1), size):
+                write_events(
+                    log_dir / f"events-{n:012d}.jsonl",
+                    [
+                        Event(e.source, e.ts, e.seq, e.item, e.published)
+                        for e in events.events[n : n + size]
+                    ],
+                )
         engine = Engine(
             spark,
             config.settings.namespaces,
@@ -234,10 +237,11 @@ def run_spark(
     for name, stream in config.streams.items():
         if not isinstance(stream.plan, Split):
             collected[name].setdefault("", [])
-    return {
-        name: {part: sorted(evs, key=event_order) for part, evs in parts.items()}
-        for name, parts in collected.items()
-    }
+    with collector_paused():  # a sort key per event
+        return {
+            name: {part: sorted(evs, key=event_order) for part, evs in parts.items()}
+            for name, parts in collected.items()
+        }
 
 
 def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path]:
@@ -246,31 +250,37 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     line of an event many streams have (a thousand subscriptions matching one item)
     is made once and written as the same bytes to each file."""
     written: list[Path] = []
-    # keyed by the item object, which the events hold alive: hashing and comparing
-    # the text of each of a million lines cost more than making them
-    lines: dict[tuple[int, int], bytes] = {}
-
-    def line(event: RefEvent) -> bytes:
-        key = (event.ts, id(event.item))
-        found = lines.get(key)
-        if found is None:
-            found = lines[key] = output_line(event, iso_times)
-        return found
-
+    # id of the item object (which the events hold alive) -> its time and line:
+    # hashing and comparing the text of each of a million lines cost more than
+    # making them, and a look-up by a plain int costs less than by (ts, id)
+    lines: dict[int, tuple[int, bytes]] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stream, parts in outputs.items():
-        for part, events in sorted(parts.items()):
-            path = (
-                out_dir / f"{stream}.jsonl"
-                if part == ""
-                else out_dir / stream / f"{safe_filename(part)}.jsonl"
-            )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"".join(map(line, events)))
-            written.append(path)
-        if not parts:
-            (out_dir / stream).mkdir(parents=True, exist_ok=True)
+    with collector_paused():
+        for stream, parts in outputs.items():
+            if any(parts):
+                (out_dir / stream).mkdir(parents=True, exist_ok=True)
+            for part, events in sorted(parts.items()):
+                name = f"{stream}.jsonl" if part == "" else f"{stream}/{safe_filename(part)}.jsonl"
+                path = out_dir / name
+                path.write_bytes(_joined(events, lines, iso_times))
+                written.append(path)
+            if not parts:
+                (out_dir / stream).mkdir(parents=True, exist_ok=True)
     return written
+
+
+def _joined(events: Sequence[RefEvent], cache: dict[int, tuple[int, bytes]], iso: bool) -> bytes:
+    """The events' output lines, each made once per item object and time (the loop
+    is inline: a call per event doubled the cost of writing a replay's outputs)."""
+    get = cache.get
+    chunks: list[bytes] = []
+    add = chunks.append
+    for event in events:
+        found = get(id(event.item))
+        if found is None or found[0] != event.ts:
+            found = cache[id(event.item)] = (event.ts, output_line(event, iso))
+        add(found[1])
+    return b"".join(chunks)
 
 
 def output_line(event: RefEvent, iso_times: bool) -> bytes:

@@ -15,23 +15,35 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import singledispatch
+from typing import NamedTuple
 
 from roses_app.algebra.plan import Node
 
 Namespaces = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RefEvent:
+class RefEvent(NamedTuple):
     """One event of a stream, ordered by (ts, seq, item); ``item`` None is a heartbeat
-    (λ: time passed, nothing arrived), which the stateless operators pass on."""
+    (λ: time passed, nothing arrived), which the stateless operators pass on.  A named
+    tuple: a replay makes one per output event, and a frozen dataclass cost twice as
+    much to build."""
 
     ts: int
     seq: int
     item: str | None
 
-    def __lt__(self, other: RefEvent) -> bool:
-        return event_order(self) < event_order(other)
+    # the order of event_order, not the tuple's (a heartbeat's None sorts as "")
+    def __lt__(self, other: object) -> bool:
+        return event_order(self) < event_order(other)  # type: ignore[arg-type]
+
+    def __le__(self, other: object) -> bool:
+        return event_order(self) <= event_order(other)  # type: ignore[arg-type]
+
+    def __gt__(self, other: object) -> bool:
+        return event_order(self) > event_order(other)  # type: ignore[arg-type]
+
+    def __ge__(self, other: object) -> bool:
+        return event_order(self) >= event_order(other)  # type: ignore[arg-type]
 
 
 def event_order(event: RefEvent) -> tuple[int, int, str]:

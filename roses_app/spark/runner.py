@@ -278,26 +278,32 @@ def split_rows(
     input event, so no row comes twice.  A frontier row is at its ingest time (the
     stateful queries' watermark follows the spool's order), with the item's own time
     beside it when that is another (its publication time)."""
-    keys = [key for _, key in program.outputs]
+    # per program output: the streams it stands for, and whether it is a frontier node
+    # (looked up once here, not once per row and output)
+    streams_at = [tuple(streams_of.get(key, ())) for _, key in program.outputs]
+    frontier_at = [
+        key if frontier_keys is not None and key in frontier_keys else None
+        for _, key in program.outputs
+    ]
     names = ("outputs", "part", "ts", "seq", "item", "guid", "arrival")
     columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
     out: list[OutputRow] = []
     frontier: list[FrontierRow] = []
+    append, mark = out.append, frontier.append
     latest_ts = latest_seq = 0
     for outputs, part, ts, seq, item, guid, arrival in zip(*columns, strict=True):
         if item is None:
             if outputs == [TICK_OUTPUT]:
                 latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
             elif frontier_keys is not None:
-                frontier.append((None, ts, seq, None, None))  # a heartbeat
+                mark((None, ts, seq, None, None))  # a heartbeat
             continue
-        event = None if ts == arrival else ts
         for index in outputs:
-            key = keys[index]
-            if frontier_keys is not None and key in frontier_keys:
-                frontier.append((key, arrival, seq, item, event))
-            for stream in streams_of.get(key, ()):
-                out.append((stream, part, ts, seq, item, guid))
+            key = frontier_at[index]
+            if key is not None:
+                mark((key, arrival, seq, item, None if ts == arrival else ts))
+            for stream in streams_at[index]:
+                append((stream, part, ts, seq, item, guid))
     return out, frontier, latest_ts, latest_seq
 
 
