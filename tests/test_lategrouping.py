@@ -162,6 +162,20 @@ def test_the_state_keeps_what_an_item_on_time_could_change_or_reduce_with() -> N
     assert kept == list(range(88, 101))
 
 
+def test_two_items_one_event_gives_through_a_union_are_two_results() -> None:
+    # the source's item and its marked copy: one event, one key, two items
+    from roses_app.algebra.plan import Map, Union
+
+    source = Source("n", "published")
+    marked = Map(source, xquery=XQuery("<item><title>{ string($i/title) }!</title></item>"))
+    plan = WindowedGrouping(Union((source, marked)), "'k'", 1, JOINED, "s", 5)
+    events, _ = numbers([1, 2], 5)
+    for published, _, _ in (operator_results(plan, events, []), reference_results(plan, events)):
+        assert sorted(titles(published)) == ["(1!)", "(1)", "(2!)", "(2)"]
+        guids = {item.split("<guid")[1].split("<")[0] for _, _, item in published}
+        assert len(guids) == 4  # one per result: none replaces another in the store
+
+
 HEAD = """
 sources:
   wire: {feed: "http://example.org/wire", time: published}

@@ -20,9 +20,9 @@ as the joins of :mod:`roses_app.algebra.latejoin` do.  The rules:
   after it in its bucket: those are computed again and, if their result changed,
   published again in place (same guid, a revision number); a result computed again
   but unchanged is counted, not published.
-* **Identity.**  A result's guid names the stream, the key and its item's seq
-  (:func:`roses_app.xmlfn.stamp.grouping_guid`; two items one event gives through a
-  union of two paths share it).  It is published at its item's time
+* **Identity.**  A result's guid names the stream, the key, its item's seq and a
+  digest of its item (:func:`roses_app.xmlfn.stamp.grouping_guid`: two items one
+  event gives through a union of two paths are two results).  It is published at its item's time
   with the largest seq of the items it reduces, so that a revision is newer than the
   result it replaces.
 * **Kept.**  Per bucket, the items an item still on time could come before, and the
@@ -80,6 +80,7 @@ class Emission:
     at: int
     item: str
     revision: int
+    anchor: str  # a digest of its item (two items of one event: two results)
 
 
 @dataclass
@@ -98,6 +99,13 @@ class Settled:
 
 def digest(result: str) -> str:
     return hashlib.sha256(result.encode()).hexdigest()[:24]
+
+
+def emission(c: Computation, result: str, revision: int) -> Emission:
+    """What publishes ``result`` of ``c``: its item (the last it reduces) names it
+    along with its key and seq, since two paths of a union can give one event two
+    items of one key."""
+    return Emission(c.key, c.time, c.seq, c.at, result, revision, digest(c.items[-1])[:12])
 
 
 class Held(Protocol):
@@ -224,7 +232,7 @@ class LateGrouping:
             if found == entry.shown:
                 settled.unchanged += 1
                 continue
-            settled.emissions.append(Emission(c.key, c.time, c.seq, c.at, result, entry.revisions))
+            settled.emissions.append(emission(c, result, entry.revisions))
             entry.shown, entry.revisions = found, entry.revisions + 1
         return settled
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from roses_app.algebra.lategrouping import Computation, Emission, digest, reduced, tuple_of
+from roses_app.algebra.lategrouping import (
+    Computation,
+    Emission,
+    digest,
+    emission,
+    reduced,
+    tuple_of,
+)
 from roses_app.algebra.latejoin import decided, on_time
 from roses_app.algebra.lateness import Arrival, arrival_groups
 from roses_app.algebra.plan import WindowedGrouping
@@ -131,6 +138,6 @@ def _published(
         if found == last:
             unchanged += 1
             continue
-        emissions.append(Emission(c.key, c.time, c.seq, c.at, result, revisions))
+        emissions.append(emission(c, result, revisions))
         shown[mine] = (found, revisions + 1)
     return emissions, unchanged

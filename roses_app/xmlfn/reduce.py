@@ -143,7 +143,7 @@ def stamped_results(
     out: list[tuple[lategrouping.Emission, str]] = []
     for e in emissions:
         try:
-            item = stamp_grouping(e.item, stream, e.key, e.seq, e.time, e.revision)
+            item = stamp_grouping(e.item, stream, e.key, e.seq, e.anchor, e.time, e.revision)
         except (etree.XMLSyntaxError, ValueError) as exc:  # the reducer checks its result
             report(on_error, f"stamping a grouping result of {stream}", e.item, exc)
             continue

@@ -62,20 +62,23 @@ def stamp_window(
     return etree.tostring(root, encoding="unicode")
 
 
-def grouping_guid(stream: str, key: str, seq: int) -> str:
-    """A windowed grouping's result over publication time: named by its key and the
-    seq of its item (its content changes when a late item comes before it)."""
-    return f"roses:{quote(stream, safe='')}/grouping/{quote(key, safe='')}/{seq}"
+def grouping_guid(stream: str, key: str, seq: int, anchor: str) -> str:
+    """A windowed grouping's result over publication time: named by its key, the seq
+    of its item and ``anchor``, a digest of that item (its content changes when a
+    late item comes before it; one event may give two items of a key)."""
+    return f"roses:{quote(stream, safe='')}/grouping/{quote(key, safe='')}/{seq}/{anchor}"
 
 
-def stamp_grouping(xml: str, stream: str, key: str, seq: int, time: int, revision: int) -> str:
+def stamp_grouping(
+    xml: str, stream: str, key: str, seq: int, anchor: str, time: int, revision: int
+) -> str:
     """The reducer's item with its guid and ``roses:grouping`` (key, its item's time,
     and its revision number when it replaces results published before)."""
     root = parse(xml)
     for old in [*root.findall("guid"), *root.findall(_GROUPING)]:
         root.remove(old)
     guid = etree.SubElement(root, "guid", isPermaLink="false")
-    guid.text = grouping_guid(stream, key, seq)
+    guid.text = grouping_guid(stream, key, seq, anchor)
     grouping = etree.SubElement(root, _GROUPING, nsmap={"roses": ROSES_NS})
     grouping.set("key", key)
     grouping.set("time", iso8601(time))
