@@ -218,6 +218,22 @@ def test_lateness_and_report_belong_to_groupings_over_publication_time(tmp_path:
     assert "feeds.yaml:8: grouping.report must be on-close or optimistic, got 'soon'" in found
 
 
+def test_a_wrong_report_is_told_with_the_other_mistakes_of_its_operator(tmp_path: Path) -> None:
+    broken = "grouping: {from: wire, by: 'string(category)', window: 0, reduce: '<item>{'"
+    join = "join: {left: wire, right: blog, kind: outer, on: '(', report: optimistic}"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            HEAD + f"  a:\n    {broken}, report: soon}}\n  b:\n    {join}\n",
+            tmp_path / "feeds.yaml",
+        )
+    found = str(caught.value)
+    assert "feeds.yaml:7: grouping.report must be on-close or optimistic, got 'soon'" in found
+    assert "feeds.yaml:7: XQuery error in grouping.reduce" in found
+    assert "feeds.yaml:7: grouping.window must be" in found
+    assert "feeds.yaml:9: join.kind must be inner, left or full" in found
+    assert "feeds.yaml:9: XPath syntax error in join.on" in found  # the observer's too
+
+
 @pytest.mark.spark
 @SPARK_EXAMPLES
 @given(

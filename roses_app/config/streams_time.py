@@ -166,21 +166,35 @@ def _join(ctx: OperatorContext, value: Marked) -> Node | None:
         optional=("on", "kind", "combine", "lateness", "report"),
     )
     left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
-    kind = args.string("kind", "inner")
+    kind: str | None = args.string("kind", "inner")
     if kind not in ("inner", "left", "full"):
         ctx.problem(
             args.key_line("kind"),
             f"join.kind must be inner, left or full, got {kind!r} (a product is product:)",
         )
-        return None
+        kind = None
     on = _observer(ctx, args, required=True)
     combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
-    if left is None or right is None or on is None or ("combine" in args and combine is None):
+    timing = _timing(ctx, args, left, right, kind)
+    if kind is None or on is None or timing is None or ("combine" in args and combine is None):
+        return None
+    assert left is not None and right is not None  # timing says so
+    return Join(left, right, kind, on, combine, *timing, origin=ctx.origin)
+
+
+def _timing(
+    ctx: OperatorContext, args: Section, left: Node | None, right: Node | None, kind: str | None
+) -> tuple[int, bool] | None:
+    """``lateness`` and ``report`` of a binary operator (``kind``: its report's rules;
+    None: a kind already reported wrong, whose report is not checked), checked even
+    when its other arguments have mistakes, so all are reported at once; None when a
+    side is missing."""
+    if left is None or right is None:
         return None
     timed = _timed_side(left, right)
     lateness, _ = _lateness(ctx, args, timed)
-    optimistic = _optimistic(ctx, args, timed, kind)
-    return Join(left, right, kind, on, combine, lateness, optimistic, origin=ctx.origin)
+    optimistic = kind is not None and _optimistic(ctx, args, timed, kind)
+    return lateness, optimistic
 
 
 def _timed_side(left: Node, right: Node) -> Node:
@@ -194,12 +208,11 @@ def _product(ctx: OperatorContext, value: Marked) -> Node | None:
     )
     left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
     combine = xquery_argument(ctx, args, "combine", variables=PAIR) if "combine" in args else None
-    if left is None or right is None or ("combine" in args and combine is None):
+    timing = _timing(ctx, args, left, right, "product")
+    if timing is None or ("combine" in args and combine is None):
         return None
-    timed = _timed_side(left, right)
-    lateness, _ = _lateness(ctx, args, timed)
-    optimistic = _optimistic(ctx, args, timed, "product")
-    return Join(left, right, "product", "true()", combine, lateness, optimistic, origin=ctx.origin)
+    assert left is not None and right is not None  # timing says so
+    return Join(left, right, "product", "true()", combine, *timing, origin=ctx.origin)
 
 
 def _matching(node_type: type[Semijoin | Diff]) -> Builder:
@@ -209,12 +222,12 @@ def _matching(node_type: type[Semijoin | Diff]) -> Builder:
         args = ctx.arguments(value, required=("left", "right", "on"), optional=optional)
         left, right = _binary_input(ctx, args, "left"), _binary_input(ctx, args, "right")
         on = _observer(ctx, args, required=True)
-        if left is None or right is None or on is None:
+        timing = _timing(ctx, args, left, right, "diff")  # (a semijoin takes no report:)
+        if on is None or timing is None:
             return None
-        timed = _timed_side(left, right)
-        lateness, _ = _lateness(ctx, args, timed)
+        assert left is not None and right is not None  # timing says so
+        lateness, optimistic = timing
         if node_type is Diff:
-            optimistic = _optimistic(ctx, args, timed, "diff")
             return Diff(left, right, on, lateness, optimistic, origin=ctx.origin)
         return node_type(left, right, on, lateness, origin=ctx.origin)
 
@@ -335,9 +348,9 @@ def _grouping(ctx: OperatorContext, value: Marked) -> Node | None:
     size = args.integer("window", None, minimum=1)
     reduce = xquery_argument(ctx, args, "reduce", variables=ITEMS)
     lateness, _ = _lateness(ctx, args, source)
+    optimistic = source is not None and _optimistic(ctx, args, source, "grouping")
     if source is None or by is None or size is None or reduce is None:
         return None
-    optimistic = _optimistic(ctx, args, source, "grouping")
     if not event_timed(source):  # the plan of ingest time, as before (its fingerprint)
         return WindowedGrouping(source, by, size, reduce, origin=ctx.origin)
     stream = ctx.origin.stream
