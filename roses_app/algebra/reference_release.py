@@ -11,7 +11,7 @@ from roses_app.algebra.eventtime import late_sequential
 from roses_app.algebra.lateness import Arrival, arrival_groups
 from roses_app.algebra.plan import CountWindow, Delta, GroupBy, Nest, Node, Window
 from roses_app.algebra.reference_registry import Context, RefEvent, items_only, ordered, run
-from roses_app.algebra.release import Release
+from roses_app.algebra.release import Release, release_lateness
 from roses_app.algebra.windows import count_window
 
 Group = tuple[int, int, int, str | None, list[RefEvent]]  # ts, start, end, key, events
@@ -33,7 +33,7 @@ def sequential_input(node: Window | Delta | Nest, ctx: Context) -> list[RefEvent
     events = run(node.input, ctx)
     if late_sequential(node) is not node.input:
         return events
-    return released(events, ctx, ctx.lateness, node)
+    return released(events, ctx, release_lateness(node, ctx.lateness), node)
 
 
 def released_count_groups(node: GroupBy, ctx: Context) -> list[Group]:
@@ -42,7 +42,7 @@ def released_count_groups(node: GroupBy, ctx: Context) -> list[Group]:
     time."""
     window = node.input
     assert isinstance(window, Window) and isinstance(window.spec, CountWindow)
-    events = released(run(window.input, ctx), ctx, node.lateness, node)
+    events = released(run(window.input, ctx), ctx, release_lateness(node, ctx.lateness), node)
     items = items_only(events)
     groups: list[Group] = []
     for t in sorted({e.ts for e in events}):

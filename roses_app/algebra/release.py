@@ -28,11 +28,19 @@ from typing import Any
 
 from roses_app.algebra.latejoin import split_late
 from roses_app.algebra.panes import Arrival
+from roses_app.algebra.plan import GroupBy, Node
 
 
 def release_order(arrival: Arrival) -> tuple[int, int, str]:
     """The order events are released in: the reference's event order."""
     return arrival.time, arrival.seq, arrival.item or ""
+
+
+def release_lateness(node: Node, settings_lateness: int) -> int:
+    """The lateness an operator over publication time is released with: a group's own
+    (its ``lateness:``, which defaults to settings.lateness); delta, nest and windows
+    take none of their own."""
+    return node.lateness if isinstance(node, GroupBy) else settings_lateness
 
 
 class Release:
@@ -77,4 +85,4 @@ class Release:
         return cls(lateness, saved["clock"], held)
 
 
-__all__ = ["Release", "release_order"]
+__all__ = ["Release", "release_lateness", "release_order"]

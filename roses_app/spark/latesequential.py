@@ -28,7 +28,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 from roses_app.algebra.eventtime import late_sequential, publishes_late
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
 from roses_app.algebra.plan import Delta, GroupBy, Nest, Node, Window
-from roses_app.algebra.release import Release
+from roses_app.algebra.release import Release, release_lateness
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import group_by_frame, nest_frame, nest_groups
 from roses_app.spark.late import (
@@ -155,14 +155,13 @@ def late_sequential_frame(node: Window | Delta | Nest | GroupBy, ctx: LowerConte
     """The results of ``node`` over publication time: see the module doc."""
     below = late_sequential(node)
     assert below is not None
-    lateness = ctx.lateness  # settings.lateness: these take no lateness of their own
+    lateness = release_lateness(node, ctx.lateness)
     stages: list[Operator]
     if isinstance(node, Nest):
         stages = [NestOperator(ctx.on_error(node))]
     elif isinstance(node, GroupBy):
         assert isinstance(node.input, Window)
         stages = [stage_of(node.input), GroupOperator(node, ctx.namespaces, ctx.on_error(node))]
-        lateness = node.lateness
     else:
         stages = [stage_of(n) for n in chain(node)[1]]
     frame = timed_input(node, below, ctx)
