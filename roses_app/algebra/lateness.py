@@ -37,8 +37,10 @@ publish the same results.
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from roses_app.algebra.panes import (
@@ -298,15 +300,27 @@ class LateWindows:
     # -- the state as plain data (the Spark operator keeps it between micro-batches) --
 
     def dump(self) -> dict[str, Any]:
-        return {
+        """The state as JSON values.  A periodic window's items are written once per key
+        (``items``), not once per window they are in (a sliding window's are in
+        several): a window holds exactly the items of its key within its bounds,
+        since an item enters every window of its time still kept when it arrives."""
+        periodic = not isinstance(self.spec, CountWindow | SessionWindow)
+        items: dict[str | None, set[Entry]] = {}
+        panes = []
+        for (n, key), p in self.panes.items():
+            if periodic:
+                items.setdefault(key, set()).update(p.entries)
+            entries = [] if periodic else _plain(sorted(p.entries))
+            panes.append([n, key, p.start, p.end, entries, p.closed, p.touched])
+        data: dict[str, Any] = {
             "clock": self.clock,
-            "panes": [
-                [n, key, p.start, p.end, sorted(p.entries), p.closed, p.touched]
-                for (n, key), p in self.panes.items()
-            ],
+            "panes": panes,
             "published": [[end, key, d, n] for (end, key), (d, n) in self.published.items()],
-            "kept": self.kept,
+            "kept": _plain(self.kept),
         }
+        if periodic:
+            data["items"] = [[key, _plain(sorted(found))] for key, found in items.items()]
+        return data
 
     @classmethod
     def load(
@@ -320,13 +334,28 @@ class LateWindows:
         if not data:
             return state
         state.clock = data["clock"]
+        make = Entry._make
+        shared = {key: list(map(make, found)) for key, found in data.get("items", ())}
         for n, key, start, end, entries, closed, touched in data["panes"]:
-            state.panes[(n, key)] = Pane(
-                start, end, key, {Entry(*e) for e in entries}, closed, touched
-            )
+            if "items" in data:  # (a state saved before items were written once: entries)
+                mine = shared.get(key, [])
+                low = bisect_left(mine, start, key=_entry_time)
+                found = set(mine[low : bisect_right(mine, end, key=_entry_time)])
+            else:
+                found = set(map(make, entries))
+            state.panes[(n, key)] = Pane(start, end, key, found, closed, touched)
         state.published = {(end, key): (d, n) for end, key, d, n in data["published"]}
-        state.kept = [Entry(*e) for e in data.get("kept", [])]
+        state.kept = list(map(make, data.get("kept", ())))
         return state
+
+
+def _entry_time(entry: Entry) -> int:
+    return entry.ts
+
+
+def _plain(entries: Iterable[Entry]) -> list[tuple[int, int, str]]:
+    """Entries as plain tuples (orjson writes no named tuple)."""
+    return list(map(tuple.__new__, repeat(tuple), entries))
 
 
 def _pane_order(pane: PaneId) -> tuple[int, str]:
