@@ -189,6 +189,13 @@ def grouping(name: str, src: str, more: str = "") -> str:
     return f"  {name}: {{{GROUPING.format(src=src, more=more)}}}\n"
 
 
+def problems(streams: str, folder: Path) -> str:
+    """What loading HEAD and ``streams`` reports (it must refuse them)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(HEAD + streams, folder / "feeds.yaml")
+    return str(caught.value)
+
+
 def test_lateness_and_report_belong_to_groupings_over_publication_time(tmp_path: Path) -> None:
     config = parse_config(
         HEAD
@@ -203,15 +210,12 @@ def test_lateness_and_report_belong_to_groupings_over_publication_time(tmp_path:
     assert late_grouped(a) is not None and late_grouped(b) is not None
     assert late_grouped(c) is None
     assert "stream=" not in repr(c) and "lateness=" not in repr(c)  # ingest time: as before
-    with pytest.raises(ConfigError) as caught:
-        parse_config(
-            HEAD
-            + grouping("d", "blog", ", lateness: 1h")
-            + grouping("e", "blog", ", report: optimistic")
-            + grouping("f", "wire", ", report: soon"),
-            tmp_path / "feeds.yaml",
-        )
-    found = str(caught.value)
+    found = problems(
+        grouping("d", "blog", ", lateness: 1h")
+        + grouping("e", "blog", ", report: optimistic")
+        + grouping("f", "wire", ", report: soon"),
+        tmp_path,
+    )
     assert "feeds.yaml:6: grouping.lateness applies to items read in publication time" in found
     assert "feeds.yaml:7: grouping.report applies to items read in publication time" in found
     assert "so a result is final when it comes" in found
@@ -221,12 +225,7 @@ def test_lateness_and_report_belong_to_groupings_over_publication_time(tmp_path:
 def test_a_wrong_report_is_told_with_the_other_mistakes_of_its_operator(tmp_path: Path) -> None:
     broken = "grouping: {from: wire, by: 'string(category)', window: 0, reduce: '<item>{'"
     join = "join: {left: wire, right: blog, kind: outer, on: '(', report: optimistic}"
-    with pytest.raises(ConfigError) as caught:
-        parse_config(
-            HEAD + f"  a:\n    {broken}, report: soon}}\n  b:\n    {join}\n",
-            tmp_path / "feeds.yaml",
-        )
-    found = str(caught.value)
+    found = problems(f"  a:\n    {broken}, report: soon}}\n  b:\n    {join}\n", tmp_path)
     assert "feeds.yaml:7: grouping.report must be on-close or optimistic, got 'soon'" in found
     assert "feeds.yaml:7: XQuery error in grouping.reduce" in found
     assert "feeds.yaml:7: grouping.window must be" in found
