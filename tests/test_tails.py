@@ -13,6 +13,7 @@ from test_globalplan import _run, write_spool
 from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
+    Delta,
     Filter,
     Join,
     Map,
@@ -25,7 +26,7 @@ from roses_app.algebra.plan import (
     XQuery,
 )
 from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.tails import operator_count, plan_tails
+from roses_app.algebra.tails import operator_count, plan_tails, spark_copies
 from roses_app.replay import MemorySink
 
 DIGEST = XQuery(
@@ -79,6 +80,39 @@ def test_operators_are_counted_once_per_head() -> None:
     # a stateful node read by two stateful operators runs in both (a query is a tree)
     twice = Join(HOURLY, HOURLY)
     assert [n for _, n in operator_count([Stream("j", twice)])] == [3]
+
+
+WINDOW = Window(Source("a"), TimeWindow(10, 10))
+# a window published as it is, and the items each of its times adds (δ⁺ of it)
+WINDOW_AND_DELTA = [Stream("window", WINDOW), Stream("arrivals", Delta(WINDOW, "insert"))]
+
+
+def test_a_window_that_a_chain_also_computes_is_said_to_run_twice() -> None:
+    """The delta's chain computes the window's content as its first stage, beside the
+    window's own operator: ``roses explain`` must not say "computed once"."""
+    assert spark_copies(WINDOW_AND_DELTA)[WINDOW] == 2
+    assert [n for _, n in operator_count(WINDOW_AND_DELTA)] == [1, 2]
+    # read by the delta alone, it is computed once, inside the chain
+    assert spark_copies(WINDOW_AND_DELTA[1:])[WINDOW] == 1
+    # read by an aggregate and published too: the aggregate groups its items again
+    both = [Stream("window", WINDOW), Stream("digest", Aggregate(WINDOW, DIGEST, "d"))]
+    assert spark_copies(both)[WINDOW] == 2
+
+
+@pytest.mark.spark
+def test_the_operators_spark_runs_are_the_ones_explain_counts(tmp_path: Path, spark: Any) -> None:
+    events = [
+        RefInput("a", 1 + k * 3, 1 + k, f"<item><title>t{k}</title></item>") for k in range(12)
+    ]
+    write_spool(tmp_path / "log", "e.jsonl", events)
+    sink = MemorySink([s.name for s in WINDOW_AND_DELTA])
+    running = _run(spark, tmp_path, WINDOW_AND_DELTA, sink)
+    stateful = [r for r in running if r.name != "stateless"]
+    operators = stateful[0].query.lastProgress["stateOperators"]
+    assert len(operators) == list(operator_count(WINDOW_AND_DELTA))[-1][1] == 2
+    expected = evaluate_streams(WINDOW_AND_DELTA, events)
+    got = {name: {p: sorted(e) for p, e in parts.items()} for name, parts in sink.collected.items()}
+    assert got == expected
 
 
 @pytest.mark.spark

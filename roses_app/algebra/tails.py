@@ -143,20 +143,24 @@ def operator_count(streams: Sequence[Stream]) -> Iterator[tuple[Stream, int]]:
 
 
 def spark_copies(streams: Iterable[Stream]) -> dict[Node, int]:
-    """Each stateful node of ``streams`` with the number of times Spark runs it: once
-    per path to it from a head (a query is a tree), each head once (a head that
-    publishes late items once per stream reading it)."""
+    """Each stateful node of ``streams`` with the number of times Spark computes it:
+    once per path to it from a head (a query is a tree), each head once (a head that
+    publishes late items once per stream reading it).  A window counts in each
+    operator that reads it, as well as on its own."""
     stateless: dict[Node, bool] = {}
     copies: dict[Node, int] = {}
     for _, head in _copies_of_heads(streams):
-        for node, paths in _paths_from(head, stateless).items():
+        for node, paths in _paths_from(head, stateless, windows=True).items():
             copies[node] = copies.get(node, 0) + paths
     return copies
 
 
-def _paths_from(head: Node, stateless: dict[Node, bool]) -> dict[Node, int]:
+def _paths_from(
+    head: Node, stateless: dict[Node, bool], *, windows: bool = False
+) -> dict[Node, int]:
     """The stateful operators below ``head`` (itself included) with the number of
-    paths from it to each (a child read twice by one node is two paths)."""
+    paths from it to each (a child read twice by one node is two paths); with
+    ``windows``, also the windows other operators read (see below)."""
     order: list[Node] = []  # children before the nodes that read them
     seen: set[Node] = set()
 
@@ -177,5 +181,7 @@ def _paths_from(head: Node, stateless: dict[Node, bool]) -> dict[Node, int]:
             if child in paths:
                 paths[child] += paths[node]
     # A window read by another operator is part of it (a join's range, an aggregate's
-    # grouping), not an operator of its own: what is below it is.
-    return {n: p for n, p in paths.items() if n is head or not isinstance(n, Window)}
+    # grouping, a stage of a delta's chain), not an operator of its own: what is below
+    # it is.  Its content is still computed there: a window that is also a head, or
+    # that two operators read, is computed once by each.
+    return {n: p for n, p in paths.items() if windows or n is head or not isinstance(n, Window)}
