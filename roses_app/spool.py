@@ -306,18 +306,27 @@ def spool_files(root: Path) -> list[Path]:
     return sorted(every, key=first_seq)
 
 
-def read_spool(root: Path, attempts: int = 5) -> list[Event]:
+def read_spool(root: Path, attempts: int = 5, until: int | None = None) -> list[Event]:
     """Every event of the spool at ``root``, in seq order, read without its index:
     safe while a daemon appends, archives and compacts (a file moved away meanwhile
-    is looked for again; a file and its merged copy give each event once)."""
+    is looked for again; a file and its merged copy give each event once).  With
+    ``until``, only the events up to that time and the first one after it (if any):
+    a file is read only up to its first event after ``until`` (ingest times grow
+    with seq, so the rest of the file is later too)."""
     for _ in range(attempts):
         found: dict[int, Event] = {}
+        after: Event | None = None
         try:
             for path in spool_files(root):
                 for event in read_file(path):
+                    if until is not None and event.ts > until:
+                        after = event if after is None or event.seq < after.seq else after
+                        break
                     found.setdefault(event.seq, event)
         except FileNotFoundError:
             continue  # archived or merged while read: list again
+        if after is not None:
+            found.setdefault(after.seq, after)
         return [found[seq] for seq in sorted(found)]
     raise SpoolError(f"the spool at {root} kept changing while read; try again")
 

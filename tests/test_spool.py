@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from roses_app.spool import Spool, write_events
 
 
@@ -134,3 +136,39 @@ def test_the_last_archived_seq_reads_only_the_newest_file(tmp_path: Path) -> Non
     spool.compact(min_files=1)  # one merged file: its name says it
     assert last_archived_seq(spool.archive_dir) == 10
     spool.close()
+
+
+def test_a_read_up_to_a_time_stops_at_the_first_later_event_of_each_file(
+    tmp_path: Path,
+) -> None:
+    """Pull queries read the spool up to the time asked: the events up to it and the
+    first after it, whatever the files (archived, merged beside their old copies,
+    still in the log), and nothing of a file past its first later event."""
+    from roses_app.spool import read_spool
+
+    times = iter(range(1000, 100_000, 1000))
+    spool = Spool(tmp_path / "spool", clock=lambda: next(times))
+    for n in range(6):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None)])
+    _archive_all(spool)
+    olds = sorted(spool.archive_dir.rglob("*.jsonl"))
+    kept = {p: p.read_bytes() for p in olds}
+    spool.compact(min_files=1)
+    for path, data in kept.items():  # the old copies are back beside the merged file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    for n in range(6, 9):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None)])  # in the log
+    spool.close()
+    every = read_spool(tmp_path / "spool")
+    assert [e.ts for e in every] == [1000 * k for k in range(1, 10)]
+    for until in (0, 999, 1000, 3500, 6000, 8999, 9000, 20_000):
+        expected = [e for e in every if e.ts <= until]
+        expected += [e for e in every if e.ts > until][:1]
+        assert read_spool(tmp_path / "spool", until=until) == expected
+    # the log's last file: a good first event, then lines that are not even JSON
+    last = max(spool.log_dir.glob("*.jsonl"))
+    last.write_bytes(last.read_bytes() + b"not json\n")
+    assert read_spool(tmp_path / "spool", until=8000)[-1].ts == 9000
+    with pytest.raises(ValueError):  # read to its end, that file is broken
+        read_spool(tmp_path / "spool")

@@ -83,9 +83,10 @@ class PullQueries:
         if stream is None:
             known = ", ".join(self.config.streams) or "none"
             raise UnknownStreamError(f"no stream named {name!r} (streams: {known})")
+        # what had arrived by ``at`` (and the next event, whose time a message may name)
         inputs = [
             RefInput(e.source, e.ts, e.seq, e.item, e.published)
-            for e in read_spool(self.spool_root)
+            for e in read_spool(self.spool_root, until=at)
         ]
         settings = self.config.settings
         content = content_at(
