@@ -178,9 +178,11 @@ class Daemon:
         self.http.start()
         try:
             self.hub.start(self.http.url)
-            self.queries = self.start_queries(once=False)
+            # Sources are polled while Spark's JVM starts (seconds): the first
+            # micro-batch then has the first items instead of the trigger after it.
             self.scheduler.start()
             self.mail.start()
+            self.queries = self.start_queries(once=False)
             compacted = time.monotonic()
             while not stop.wait(1.0):
                 self._check_queries()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,3 +199,41 @@ def test_a_grown_stateless_checkpoint_is_rebased_at_compaction_time(
     assert not read.exists() and list(daemon.spool.archive_dir.rglob(read.name))
     assert rebase.read_epoch(checkpoint) == 1 and daemon.counters["stateless_rebases"] == 1
     daemon.close()
+
+
+def test_sources_are_polled_while_the_engine_starts(tmp_path: Path) -> None:
+    """Starting Spark takes seconds: the sources are polled meanwhile, so the first
+    micro-batch has the first items (not the trigger after it)."""
+    import socket
+    import threading
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "a.xml").write_text(
+        "<rss version='2.0'><channel><title>a</title>"
+        "<item><title>first</title><guid>g1</guid></item></channel></rss>"
+    )
+    config = CONFIG.replace(
+        "settings: {data_dir: ./data}",
+        f"settings: {{data_dir: ./data, http: {{host: 127.0.0.1, port: {port}}}}}",
+    )
+    stop = threading.Event()
+    spooled_at_start: list[int] = []
+
+    class Engineless(Daemon):
+        def start_queries(self, once: bool) -> list[object]:
+            # the engine's start: as long as Spark's, or until the poll has landed
+            deadline = time.monotonic() + 30
+            while self.spool.count() == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            spooled_at_start.append(self.spool.count())
+            stop.set()
+            return []
+
+    daemon = Engineless(parse_config(config, tmp_path / "feeds.yaml"))
+    runner = threading.Thread(target=daemon.run, args=(stop,))
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert spooled_at_start == [1]
