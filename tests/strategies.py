@@ -209,6 +209,34 @@ def late_sequential_plans() -> st.SearchStrategy[Node]:
     )
 
 
+RUN = (Window, Delta, Nest)
+
+
+def released_chains() -> st.SearchStrategy[Node]:
+    """One or two windows, deltas or nests over a stateless plan in publication time,
+    or an aggregate or a group over a window of those (periodic, sliding or count):
+    runs of operators where one reads another's results, which
+    roses_app.algebra.release feeds as a whole."""
+    below = plans(max_leaves=2).map(published_time)
+    kinds = st.sampled_from(("insert", "delete"))
+
+    def step(inner: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+        return st.one_of(windows(inner), st.builds(Delta, inner, kinds), st.builds(Nest, inner))
+
+    chain = step(below) | step(step(below))
+    late = (st.integers(0, 10), st.sampled_from(("drop", "publish")))
+    # over the plan itself: what lateness.py does not run (no window, a sliding one)
+    sliding = st.builds(Window, below, time_windows().filter(lambda w: w.period is None))
+    # (a chain that is a window of the plan itself is the aggregate's own window)
+    run = chain.filter(lambda n: not isinstance(n, Window) or isinstance(n.input, RUN))
+    read = windows(chain) | run | sliding | below
+    aggregate = st.builds(Aggregate, read, st.just(REDUCER), st.just("s"), *late)
+    group = st.builds(
+        GroupBy, read, st.sampled_from(SPLITTERS), st.just(REDUCER), st.just("s"), *late
+    )
+    return st.one_of(chain, aggregate, group)
+
+
 def published_time(plan: Node) -> Node:
     """``plan`` with every source read in publication time."""
     if isinstance(plan, Source):

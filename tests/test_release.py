@@ -15,13 +15,18 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import SPARK_EXAMPLES, late_sequential_plans, out_of_order_event_lists
+from strategies import (
+    SPARK_EXAMPLES,
+    late_sequential_plans,
+    out_of_order_event_lists,
+    released_chains,
+)
 from test_differential import assert_engines_agree
 
 from roses_app.algebra.eventtime import late_sequential
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Delta, Nest, Node, Window
+from roses_app.algebra.plan import Delta, Nest, Node, Stream, Window
 from roses_app.algebra.reference import RefInput
 from roses_app.algebra.release import Release, release_order
 from roses_app.config import parse_config
@@ -86,12 +91,17 @@ streams:
 """
 
 
-def test_the_config_takes_delta_nest_and_windows_over_publication_time(tmp_path: Path) -> None:
+def test_the_config_takes_delta_nest_windows_and_runs_of_them_in_publication_time(
+    tmp_path: Path,
+) -> None:
     config = parse_config(
         HEAD
         + "  recent: {window: {from: wire, time: 1d}}\n"
         + "  gone: {delta: {from: {window: {from: wire, count: 20}}, kind: delete}}\n"
-        + "  daily: {nest: {from: wire}}\n",
+        + "  daily: {nest: {from: wire}}\n"
+        + "  fresh: {aggregate: {from: {window: {from: {delta: {from: {window: {from: wire,"
+        + " time: 1d}}}}, time: 1d, every: 1d}}, reduce: '<item/>'}}\n"
+        + "  nested: {window: {from: {nest: {from: wire}}, count: 3}}\n",
         tmp_path / "feeds.yaml",
     )
     plans = {name: stream.plan for name, stream in config.streams.items()}
@@ -111,3 +121,91 @@ def test_spark_equals_reference_on_released_operators_over_out_of_order_items(
     events: list[RefInput], plans: list[Node], lateness: int, spark: Any, tmp_path: Path
 ) -> None:
     assert_engines_agree(plans, events, tmp_path, lateness)
+
+
+@pytest.mark.spark
+@SPARK_EXAMPLES
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plans=st.lists(released_chains(), min_size=2, max_size=2),
+    lateness=st.integers(0, 10),
+)
+def test_spark_equals_reference_on_runs_of_released_operators(
+    events: list[RefInput], plans: list[Node], lateness: int, spark: Any, tmp_path: Path
+) -> None:
+    """An operator of time reading another's results over publication time (a window
+    of a nest, a delta of a delta, an aggregate of a delta...): one released run."""
+    assert all(late_sequential(plan) is not None for plan in plans)
+    assert_engines_agree(plans, events, tmp_path, lateness)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plan=released_chains(),
+    lateness=st.integers(0, 10),
+    cuts=st.lists(st.integers(1, 30), max_size=4),
+)
+def test_a_released_run_cut_into_micro_batches_equals_the_reference(
+    events: list[RefInput], plan: Node, lateness: int, cuts: list[int]
+) -> None:
+    """The Spark operator's logic without Spark: the release and the stages of a run
+    of operators, micro-batch after micro-batch with their state through JSON, give
+    the reference's results."""
+    from types import SimpleNamespace
+
+    from roses_app.algebra.reference import _context, evaluate_streams
+    from roses_app.algebra.reference_registry import run
+    from roses_app.algebra.release import release_lateness
+    from roses_app.spark.latesequential import dump_memory, load_memory, released_stages
+    from roses_app.spark.sequential import Event, process
+
+    def failed(item: str | None, exc: BaseException) -> None:
+        raise AssertionError(f"{item}: {exc}")
+
+    below = late_sequential(plan)
+    assert below is not None
+    arrived = {e.seq: e.ts for e in events}
+    rows = run(below, _context(events, (), lateness, None))
+    groups = arrival_groups((arrived[e.seq], Arrival(e.ts, e.seq, e.item)) for e in rows)
+    context = SimpleNamespace(namespaces=(), on_error=lambda node: failed)
+    stages = released_stages(plan, context)  # type: ignore[arg-type]
+    bounds = sorted({0, len(groups), *(c for c in cuts if c < len(groups))})
+    saved: dict[str, Any] = {}
+    published: list[tuple[int, int, str | None]] = []
+    for start, end in itertools.pairwise(bounds):
+        release = Release.load(release_lateness(plan, lateness), saved.get("release"))
+        memory = load_memory(saved.get("memory"))
+        out, _ = release.advance(groups[start:end])
+        found = process(stages, memory, [Event(a.time, a.seq, a.item) for a in out], 0, failed)
+        published += [tuple(e) for e in found if e.item is not None]  # type: ignore[misc]
+        saved = json.loads(json.dumps({"release": release.dump(), "memory": dump_memory(memory)}))
+    expected = evaluate_streams([Stream("s", plan)], events, lateness=lateness)["s"][""]
+    assert sorted(published) == sorted(tuple(e) for e in expected)
+
+
+def test_a_periodic_window_over_a_released_run_closes_once_across_micro_batches() -> None:
+    """α over sliding periodic windows (4 ticks every 2) of a released run: each window
+    is published once, when a later time comes, with every item it holds, however the
+    micro-batches cut its items (an item of two windows is kept for the second)."""
+    from roses_app.algebra.plan import Aggregate, Source, TimeWindow, XQuery
+    from roses_app.spark.latesequential import ClosedWindowsOperator
+    from roses_app.spark.sequential import Event
+
+    spec = TimeWindow(4, 2, 0, 0)  # the window refreshed at r holds r-3 .. r
+    counted = XQuery("<item><title>{ count($items) }</title></item>")
+    node = Aggregate(Window(Source("a", "published"), spec), counted, "s")
+
+    def failed(item: str | None, exc: BaseException) -> None:
+        raise AssertionError(f"{item}: {exc}")
+
+    stage = ClosedWindowsOperator(node, spec, (), failed)
+    first = [Event(t, t, f"<item><title>{t}</title></item>") for t in (1, 2, 3)]
+    out, kept = stage.advance([], first, 0)
+    assert [(e.ts, "<title>2</title>" in (e.item or "")) for e in out] == [(2, True)]
+    later = [Event(6, 6, "<item><title>6</title></item>")]
+    saved = [Event(*e) for e in json.loads(json.dumps(kept))]  # as the state keeps it
+    out, kept = stage.advance(saved, later, 0)
+    # the window ending at 4 (items 1, 2, 3), and not again the one ending at 2
+    assert [(e.ts, "<title>3</title>" in (e.item or "")) for e in out] == [(4, True)]
+    assert [e.ts for e in kept if e.item is not None] == [3, 6]  # 3 is in the window of 6

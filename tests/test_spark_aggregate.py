@@ -28,7 +28,7 @@ from roses_app.algebra.plan import (
     XQuery,
 )
 from roses_app.algebra.reference import RefEvent
-from roses_app.algebra.reference_time import _window_groups
+from roses_app.algebra.windows import closed_windows
 from roses_app.config import load_config
 from roses_app.items import iso8601
 from roses_app.replay import read_events, run_reference
@@ -112,7 +112,7 @@ def test_buckets_hold_the_reference_windows(
     events = sorted(RefEvent(t, seq, "<item/>") for seq, t in enumerate(times))
     expected = {
         (low, high): [e.ts for e in content]
-        for _, low, high, _, content in _window_groups(events, spec, horizon=10**9)
+        for low, high, content in closed_windows(events, spec, until=10**9)
     }
     got: dict[tuple[int, int], list[int]] = {}
     for e in events:

@@ -114,30 +114,59 @@ def late_grouped(node: Node) -> Node | None:
     return node.input
 
 
-def late_sequential(node: Node) -> Node | None:
-    """The stream below ``node`` when it is a delta, a nest, a window (read as a
-    stream), a run of windows and deltas, or a group over a count window, over a
-    stateless plan of items read in publication time: what
-    :mod:`roses_app.algebra.release` feeds.  (A session window is read by an aggregate
-    or a group only.)"""
+# Operators that compute, at each time of their input, something of its items up to
+# then: released in time order, they run one after the other as over ingest time.
+CHAINED = (Window, Delta, Nest)
+
+
+def chain_below(node: Node) -> Node | None:
+    """The node below the run of windows, deltas and nests from ``node`` down (``node``
+    itself if it is none of them); None if a session window is in the run."""
     below = node
-    if isinstance(node, Nest):
-        below = node.input
-    elif isinstance(node, GroupBy):
-        window = node.input  # a group over a count window (the others: late_windowed)
-        if not (isinstance(window, Window) and isinstance(window.spec, CountWindow)):
+    while isinstance(below, CHAINED):
+        if isinstance(below, Window) and isinstance(below.spec, SessionWindow):
             return None
-        below = window.input
+        below = below.input
+    return below
+
+
+def late_sequential(node: Node) -> Node | None:
+    """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
+    stateless plan of items read in publication time, a run of windows, deltas and
+    nests (in any order), or an aggregate or a group over such a run, over a window of
+    it, or over the plan itself or a window of it where :func:`late_windowed` does not
+    run it (a group over a count window, anything over a sliding window or over no
+    window).  Sessions are read by an aggregate or a group only."""
+    if isinstance(node, Aggregate | GroupBy):
+        if late_windowed(node) is not None or node.report != Report():
+            return None  # released results are final: they report on close only
+        window = node.input
+        if not isinstance(window, Window):  # per time of its input (ω0)
+            below = chain_below(window)
+        elif isinstance(window.spec, SessionWindow):
+            return None
+        else:
+            below = chain_below(window.input)
+    elif isinstance(node, CHAINED):
+        below = chain_below(node)
     else:
-        while isinstance(below, Window | Delta):
-            if isinstance(below, Window) and isinstance(below.spec, SessionWindow):
-                return None
-            below = below.input
-    if below is node or not event_timed(below):
         return None
-    if not stateless(below):
+    if below is None or below is node or not event_timed(below) or not stateless(below):
         return None
     return below
+
+
+def released_chain(node: Node) -> list[Node]:
+    """The operators :func:`late_sequential` runs for ``node``, the lowest first (the
+    windows, deltas and nests, then the aggregate or group itself)."""
+    below = late_sequential(node)
+    assert below is not None, f"{node} is not released"
+    run: list[Node] = []
+    current = node
+    while current is not below:
+        run.append(current)
+        current = current.input  # type: ignore[attr-defined]
+    return run[::-1]
 
 
 def publishes_late(node: Node) -> bool:
@@ -225,10 +254,11 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
             (
                 f"{type(node).__name__} at step {node.origin.step} reads items in publication "
                 "time (time: published), which may come out of order; over publication "
-                "time, only an aggregate or group over a periodic time window, or an "
-                "aggregate over a count window, joins, semijoins and differences of "
-                "sliding time windows, windowed groupings, deltas, nests, windows "
-                "read as streams and groups over count windows, of filters, maps and "
-                "unions, run for now: read its sources with time: ingest"
+                "time, only these run for now: aggregates and groups over windows, joins, "
+                "semijoins and differences of sliding time windows, and windowed "
+                "groupings, of filters, maps and unions; and runs of windows, deltas and "
+                "nests over them, with an aggregate or a group on top (an operator that "
+                "reads a join's, a grouping's or a reporting aggregate's results does "
+                "not): read its sources with time: ingest"
             ),
         )

@@ -10,17 +10,18 @@ Time-dependent results (closed windows, outer-join and diff rows) only count onc
 they are decided: before the *horizon*, the latest input time (heartbeats included)
 minus the allowed lateness, like Spark's watermark.
 
-The handlers live in :mod:`roses_app.algebra.reference_stateless` (Source, Filter,
-Map, Union) and :mod:`roses_app.algebra.reference_time` (the operators of time), and
-register on :mod:`roses_app.algebra.reference_registry`'s dispatcher; importing them
-here, at the top, makes the registry complete for whoever imports this module.
+The handlers live in :mod:`roses_app.algebra.reference_stateless` (Source, Filter, Map,
+Union), :mod:`roses_app.algebra.reference_time` (the operators of time) and
+:mod:`roses_app.algebra.reference_aggregate` (aggregation and group-by), and register on
+:mod:`roses_app.algebra.reference_registry`'s dispatcher; importing them here, at the
+top, makes the registry complete for whoever imports this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from roses_app.algebra import reference_stateless, reference_time
+from roses_app.algebra import reference_aggregate, reference_stateless, reference_time
 from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.lateness import LATE_PART
 from roses_app.algebra.plan import NODE_TYPES, Node, Split, Stream
@@ -36,7 +37,7 @@ from roses_app.algebra.reference_registry import (
     run,
 )
 
-HANDLER_MODULES = (reference_stateless, reference_time)
+HANDLER_MODULES = (reference_stateless, reference_time, reference_aggregate)
 
 
 def evaluated_types() -> set[type]:

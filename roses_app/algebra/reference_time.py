@@ -5,10 +5,11 @@
   other side's WindowCall at its own time.  A join pair is emitted once, at the later
   of its two timestamps; the outer rows (Diff) of an event once its time is decided.
 * Delta: δ⁺/δ⁻ between consecutive input timestamps.
-* Aggregate and GroupBy: one item per timestamp (and key); over a periodic time window,
-  one per closed window (and key), stamped with its bounds and guid.
 * WindowedGrouping: FlameStream's per-key buckets of the last N items.
 * Nest and Unnest.
+* Over publication time, a run of windows, deltas and nests (and the aggregate or
+  group reading it, :mod:`roses_app.algebra.reference_aggregate`) over items released
+  in time order (:func:`released_run`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ from itertools import groupby
 from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
-from roses_app.algebra.eventtime import late_grouped, late_joined, late_sequential, late_windowed
+from roses_app.algebra.eventtime import (
+    late_grouped,
+    late_joined,
+    late_sequential,
+    released_chain,
+)
 from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
-from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
+from roses_app.algebra.lateness import Arrival, arrival_groups
 from roses_app.algebra.plan import (
-    Aggregate,
     CountWindow,
     Delta,
     Diff,
-    GroupBy,
     Join,
     Nest,
     Node,
@@ -51,13 +55,11 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_release import released_count_groups, sequential_input
+from roses_app.algebra.reference_release import released
+from roses_app.algebra.release import release_lateness
 from roses_app.algebra.windows import (
     call_bounds,
     count_window,
-    periodic_input,
-    refresh_bounds,
-    refreshes_holding,
 )
 
 ALL_DECIDED = 2**63 - 1  # a horizon past every time
@@ -106,8 +108,14 @@ def side(node: Node) -> tuple[Node, WindowSpec | None]:
 
 @register
 def _window(node: Window, ctx: Context) -> list[RefEvent]:
-    events = sequential_input(node, ctx)
-    call = WindowCall(events, node.spec)
+    if late_sequential(node) is not None:
+        return released_run(node, ctx)
+    return window_stream(run(node.input, ctx), node.spec)
+
+
+def window_stream(events: Sequence[RefEvent], spec: WindowSpec) -> list[RefEvent]:
+    """At each time of ``events`` (heartbeats included, and passed on), the window."""
+    call = WindowCall(events, spec)
     out = set(heartbeats(events))
     for t in sorted({e.ts for e in events}):
         out.update(RefEvent(t, e.seq, e.item) for e in call.at(t))
@@ -248,118 +256,42 @@ def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
 
 @register
 def _delta(node: Delta, ctx: Context) -> list[RefEvent]:
-    events = sequential_input(node, ctx)
-    changes, _ = delta(node.kind, events, {}, RefEvent)
+    if late_sequential(node) is not None:
+        return released_run(node, ctx)
+    return delta_stream(run(node.input, ctx), node.kind)
+
+
+def delta_stream(events: Sequence[RefEvent], kind: str) -> list[RefEvent]:
+    changes, _ = delta(kind, events, {}, RefEvent)
     return ordered({*heartbeats(events), *changes})
 
 
-# -- aggregation and group-by ----------------------------------------------------------
-
-Group = tuple[int, int, int, str | None, list[RefEvent]]  # ts, start, end, key, events
+# -- over publication time: a released run of operators --------------------------------
 
 
-def _window_groups(events: Sequence[RefEvent], spec: TimeWindow, horizon: int) -> list[Group]:
-    """One group per closed window of a periodic time window that holds items."""
-    refreshes: set[int] = set()
-    for e in events:
-        refreshes.update(refreshes_holding(spec, e.ts))
-    groups: list[Group] = []
-    times = [e.ts for e in events]
-    for r in sorted(refreshes):
-        start, end = refresh_bounds(spec, r)
-        if end >= horizon:
-            continue  # not closed yet
-        content = events[bisect_left(times, start) : bisect_right(times, end)]
-        if content:
-            groups.append((end, start, end, None, list(content)))
-    return groups
-
-
-def _time_groups(events: Sequence[RefEvent], horizon: int) -> list[Group]:
-    """One group per input timestamp, once decided."""
-    return [(t, t, t, None, list(g)) for t, g in groupby(events, key=lambda e: e.ts) if t < horizon]
-
-
-def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
-    periodic = periodic_input(node.input)
-    if periodic is not None:
-        below, spec = periodic
-        return _window_groups(items_only(run(below, ctx)), spec, ctx.horizon)
-    return _time_groups(items_only(run(node.input, ctx)), ctx.horizon)
-
-
-def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:
-    from roses_app.xmlfn.reduce import keyed_buckets
-
-    out: list[Group] = []
-    for ts, start, end, _, events in groups:
-        out.extend(
-            (ts, start, end, key, bucket) for key, bucket in keyed_buckets(by, ctx.ns, events)
-        )
-    return out
-
-
-def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> list[RefEvent]:
-    """The stamped reducer result of each group, as Spark's aggregate computes it (one
-    reducer call per key, the same function)."""
-    from roses_app.xmlfn.reduce import reduce_groups
-
-    windows = [
-        ([e.item or "" for e in events], start, end, key) for _, start, end, key, events in groups
-    ]
-    items = reduce_groups(node.reduce, ctx.ns, node.stream, windows)
-    return ordered(
-        {
-            RefEvent(ts, min(e.seq for e in events), item)
-            for (ts, _, _, _, events), item in zip(groups, items, strict=True)
-            if item is not None
-        }
-    )
-
-
-@register
-def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
-    if late_windowed(node) is not None:
-        return _late_windows(node, ctx)
-    return _reduce(ctx, node, _groups(node, ctx))
-
-
-@register
-def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
-    if late_windowed(node) is not None:
-        return _late_windows(node, ctx)
-    if late_sequential(node) is not None:  # over a count window: on close
-        return _reduce(ctx, node, _keyed(ctx, node.by, released_count_groups(node, ctx)))
-    return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
-
-
-def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
-    """α/γ over the windows :mod:`roses_app.algebra.lateness` runs, items taken in
-    arrival order; the late items go to ``ctx.late``."""
-    from roses_app.xmlfn import split_batch
-    from roses_app.xmlfn.reduce import advance_windows
-
-    found = late_windowed(node)
-    assert found is not None
-    below, spec = found
-    events = run(below, ctx)
-    items = items_only(events)
-    keys: list[str | None] = [None] * len(items)
-    if isinstance(node, GroupBy):
-        keys = split_batch(node.by, ctx.ns, [e.item for e in items])
-    arrivals = [(ctx.arrival(e.seq), Arrival(e.ts, e.seq, None)) for e in heartbeats(events)]
-    arrivals += [
-        (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, key))
-        for e, key in zip(items, keys, strict=True)
-        if key is not None or isinstance(node, Aggregate)
-    ]
-    state = LateWindows(spec, node.lateness, node.report)
-    planned, settled, published = advance_windows(
-        state, arrival_groups(arrivals), node.reduce, ctx.ns, node.stream
-    )
-    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
-    ctx.unchanged[node] = settled.unchanged
-    return ordered(RefEvent(e.ts, e.seq, item) for e, item in published)
+def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefEvent]:
+    """The events of ``stop`` (default ``top``) in the run of operators ``top`` ends
+    over publication time (:func:`~roses_app.algebra.eventtime.released_chain`): the
+    events of the stateless plan below as :class:`~roses_app.algebra.release.Release`
+    gives them out (with ``top``'s lateness; the items too late go to
+    ``ctx.late[top]``), through each operator as over ingest time, every time decided
+    and heartbeats passed on (as the Spark stages do)."""
+    below = late_sequential(top)
+    assert below is not None
+    stop = top if stop is None else stop
+    events = released(run(below, ctx), ctx, release_lateness(top, ctx.lateness), top)
+    if stop is below:
+        return events
+    for node in released_chain(top):
+        if isinstance(node, Window):
+            events = window_stream(events, node.spec)
+        elif isinstance(node, Delta):
+            events = delta_stream(events, node.kind)
+        elif isinstance(node, Nest):
+            events = ordered({*heartbeats(events), *nest_stream(events, ALL_DECIDED)})
+        if node is stop:
+            break
+    return events
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------
@@ -389,14 +321,27 @@ def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
 
 @register
 def _nest(node: Nest, ctx: Context) -> list[RefEvent]:
+    if late_sequential(node) is not None:
+        return items_only(released_run(node, ctx))
+    return nest_stream(run(node.input, ctx), ctx.horizon)
+
+
+def nest_stream(events: Sequence[RefEvent], horizon: int) -> list[RefEvent]:
+    """One item nesting the items of each time before ``horizon``."""
     from roses_app.xmlfn.stamp import nest_items
 
-    # over publication time, what is released is final: every time is decided
-    horizon = ctx.horizon if late_sequential(node) is None else ALL_DECIDED
     return [
-        RefEvent(ts, min(e.seq for e in events), nest_items([e.item or "" for e in events], ts))
-        for ts, _, _, _, events in _time_groups(items_only(sequential_input(node, ctx)), horizon)
+        RefEvent(ts, min(e.seq for e in group), nest_items([e.item or "" for e in group], ts))
+        for ts, _, _, _, group in time_groups(items_only(events), horizon)
     ]
+
+
+Group = tuple[int, int, int, str | None, list[RefEvent]]  # ts, start, end, key, events
+
+
+def time_groups(events: Sequence[RefEvent], horizon: int) -> list[Group]:
+    """One group per input timestamp, once decided."""
+    return [(t, t, t, None, list(g)) for t, g in groupby(events, key=lambda e: e.ts) if t < horizon]
 
 
 @register

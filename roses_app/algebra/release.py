@@ -28,7 +28,7 @@ from typing import Any
 
 from roses_app.algebra.latejoin import split_late
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import GroupBy, Node
+from roses_app.algebra.plan import Aggregate, GroupBy, Node
 
 
 def release_order(arrival: Arrival) -> tuple[int, int, str]:
@@ -37,10 +37,10 @@ def release_order(arrival: Arrival) -> tuple[int, int, str]:
 
 
 def release_lateness(node: Node, settings_lateness: int) -> int:
-    """The lateness an operator over publication time is released with: a group's own
-    (its ``lateness:``, which defaults to settings.lateness); delta, nest and windows
-    take none of their own."""
-    return node.lateness if isinstance(node, GroupBy) else settings_lateness
+    """The lateness an operator over publication time is released with: an aggregate's
+    or a group's own (its ``lateness:``, which defaults to settings.lateness); delta,
+    nest and windows take none of their own."""
+    return node.lateness if isinstance(node, Aggregate | GroupBy) else settings_lateness
 
 
 class Release:

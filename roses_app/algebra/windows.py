@@ -24,6 +24,7 @@ place where a time window's refreshes and bounds are computed (both engines call
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
@@ -117,6 +118,34 @@ def refreshes_holding(spec: Refreshed, ts: int) -> range:
     low = max(ts + spec.delay, spec.start)
     first = spec.start + -(-(low - spec.start) // spec.period) * spec.period
     return range(first, ts + spec.delay + spec.width, spec.period)
+
+
+def closed_windows(
+    events: Sequence[E], spec: Refreshed, until: int, since: int | None = None
+) -> list[tuple[int, int, list[E]]]:
+    """(start, end, items) of each window of a periodic time window that holds items of
+    ``events`` (time-ordered) and has closed by ``until`` (its end < ``until``), but
+    not by ``since`` (end ≥ ``since``: those were closed before), by end."""
+    refreshes: set[int] = set()
+    for e in events:
+        refreshes.update(refreshes_holding(spec, e.ts))
+    times = [e.ts for e in events]
+    found: list[tuple[int, int, list[E]]] = []
+    for r in sorted(refreshes):
+        start, end = refresh_bounds(spec, r)
+        if end >= until or (since is not None and end < since):
+            continue
+        content = events[bisect_left(times, start) : bisect_right(times, end)]
+        if content:
+            found.append((start, end, list(content)))
+    return found
+
+
+def open_after(spec: Refreshed, ts: int, until: int) -> bool:
+    """Whether a window holding an event at ``ts`` is still open at ``until`` (so
+    that event must be kept for it)."""
+    refreshes = refreshes_holding(spec, ts)
+    return bool(refreshes) and refresh_bounds(spec, refreshes[-1])[1] >= until
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from roses_app.algebra.windows import BucketLayout, bucket_layout, periodic_inpu
 from roses_app.errors import QueryError
 from roses_app.spark import udfs
 from roses_app.spark.late import late_frame
-from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower, register
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower
 from roses_app.xmlfn.reduce import reduce_groups
 
 # Spark's mark of a column with a watermark (the field metadata of ``time``).
@@ -157,8 +157,9 @@ def _finish(groups: DataFrame, item: Column) -> DataFrame:
     return out.where(F.col("item").isNotNull()).select(*EVENT_COLUMNS)
 
 
-@register
-def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
+def aggregate_frame(node: Aggregate, ctx: LowerContext) -> DataFrame:
+    """α (the handler is in :mod:`roses_app.spark.latesequential`, which lowers an
+    aggregate over a released run itself)."""
     if late_windowed(node) is not None:
         return late_frame(node, ctx)
     frame, buckets = grouped_input(node, ctx)

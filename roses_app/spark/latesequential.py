@@ -1,13 +1,16 @@
-"""Lowering of Window (read as a stream), Delta, Nest and GroupBy: over ingest time
-(and γ over the other windows) as :mod:`roses_app.spark.sequential` and
-:mod:`roses_app.spark.aggregate` say; over items read in publication time, the rule of
+"""Lowering of Window (read as a stream), Delta, Nest, Aggregate and GroupBy: over
+ingest time (and α/γ over the windows :mod:`roses_app.algebra.lateness` runs) as
+:mod:`roses_app.spark.sequential`, :mod:`roses_app.spark.aggregate` and
+:mod:`roses_app.spark.late` say; over a released run of items read in publication
+time (:func:`roses_app.algebra.eventtime.late_sequential`), the rule of
 :mod:`roses_app.algebra.release`.
 
 Over publication time one ``transformWithStateInPandas`` operator, under one constant
 key (the clock is the latest time seen of every item), holds the items on time until
 the clock is more than the lateness past them, then runs them in time order through
-the same stages as over ingest time (the windows and deltas of the run, the nest, or
-a count window and the group).  Its state (the clock, the items held and each stage's
+the same stages as over ingest time (the windows, deltas and nests of the run, then
+an aggregate or a group: per time of its window, or per closed window of a periodic
+one).  Its state (the clock, the items held and each stage's
 memory) is JSON in one value state.  Items later than the lateness are counted under
 ``late:STREAM`` (and a group with ``late: publish`` publishes them in its ``late``
 part).
@@ -25,12 +28,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
-from roses_app.algebra.eventtime import late_sequential, publishes_late
+from roses_app.algebra.eventtime import late_sequential, publishes_late, released_chain
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
-from roses_app.algebra.plan import Delta, GroupBy, Nest, Node, Window
+from roses_app.algebra.plan import Aggregate, Delta, GroupBy, Nest, Node, TimeWindow, Window
 from roses_app.algebra.release import Release, release_lateness
+from roses_app.algebra.windows import closed_windows, open_after, periodic_input
 from roses_app.spark import udfs
-from roses_app.spark.aggregate import group_by_frame, nest_frame, nest_groups
+from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
 from roses_app.spark.late import (
     OUTPUT_DDL,
     JsonStateProcessor,
@@ -44,7 +48,6 @@ from roses_app.spark.sequential import (
     Memory,
     Operator,
     by_time,
-    chain,
     process,
     stage_of,
     window_or_delta,
@@ -76,32 +79,84 @@ class NestOperator:
 
 @dataclass(frozen=True)
 class GroupOperator:
-    """γ as a stage: at each input time (its items: a window's content), one item per
-    key, the reducer over the key's items, stamped as over ingest time."""
+    """α or γ as a stage: at each input time (its items: a window's content), one item
+    (per key), the reducer over its items, stamped as over ingest time."""
 
-    node: GroupBy
+    node: Aggregate | GroupBy
     namespaces: Namespaces
     on_error: udfs.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
     ) -> tuple[list[Event], list[Event]]:
-        from roses_app.xmlfn.reduce import keyed_buckets, reduce_groups
-
-        node = self.node
         groups = [
-            (t, found, bucket)
+            (t, t, t, found, bucket)
             for t, items in by_time(rows)
-            for found, bucket in keyed_buckets(node.by, self.namespaces, items, self.on_error)
+            for found, bucket in buckets(self.node, self.namespaces, items, self.on_error)
         ]
-        windows = [([e.item or "" for e in b], t, t, found) for t, found, b in groups]
-        results = reduce_groups(node.reduce, self.namespaces, node.stream, windows, self.on_error)
-        out = [
-            Event(t, min(e.seq for e in b), item)
-            for (t, _, b), item in zip(groups, results, strict=True)
-            if item is not None
+        return reduced(self.node, self.namespaces, groups, self.on_error), []
+
+
+MARK = -1  # the seq of the event in which a closed-windows stage keeps its time
+
+
+@dataclass(frozen=True)
+class ClosedWindowsOperator:
+    """α or γ over a periodic time window as a stage reading the window's input: once
+    a later time has come, the reducer over each closed window's items (per key),
+    stamped with its bounds.  It keeps the items of windows still open, and the time
+    it has closed the windows up to."""
+
+    node: Aggregate | GroupBy
+    spec: TimeWindow
+    namespaces: Namespaces
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        if not rows:
+            return [], kept
+        since = kept[0].ts if kept and kept[0].seq == MARK else None
+        items = [e for e in kept if e.seq != MARK] + [e for e in rows if e.item is not None]
+        until = rows[-1].ts
+        groups = [
+            (end, start, end, found, bucket)
+            for start, end, content in closed_windows(items, self.spec, until, since)
+            for found, bucket in buckets(self.node, self.namespaces, content, self.on_error)
         ]
-        return out, []
+        out = reduced(self.node, self.namespaces, groups, self.on_error)
+        still = [e for e in items if open_after(self.spec, e.ts, until)]
+        return out, [Event(until, MARK, None), *still]
+
+
+Group = tuple[int, int, int, str | None, list[Event]]  # ts, start, end, key, events
+
+
+def buckets(
+    node: Aggregate | GroupBy, namespaces: Namespaces, items: list[Event], on_error: udfs.ErrorHook
+) -> list[tuple[str | None, list[Event]]]:
+    """A group's items per key (γ), or all of them (α)."""
+    from roses_app.xmlfn.reduce import keyed_buckets
+
+    if isinstance(node, Aggregate):
+        return [(None, items)] if items else []
+    return list(keyed_buckets(node.by, namespaces, items, on_error))
+
+
+def reduced(
+    node: Aggregate | GroupBy, namespaces: Namespaces, groups: list[Group], on_error: udfs.ErrorHook
+) -> list[Event]:
+    """The stamped reducer result of each group, at its time with its lowest seq."""
+    from roses_app.xmlfn.reduce import reduce_groups
+
+    windows = [([e.item or "" for e in b], start, end, k) for _, start, end, k, b in groups]
+    results = reduce_groups(node.reduce, namespaces, node.stream, windows, on_error)
+    return [
+        Event(ts, min(e.seq for e in b), item)
+        for (ts, _, _, _, b), item in zip(groups, results, strict=True)
+        if item is not None
+    ]
 
 
 class LateSequentialProcessor(JsonStateProcessor):
@@ -151,19 +206,33 @@ def load_memory(saved: dict[str, Any] | None) -> Memory:
     return Memory(saved["clock"], kept)
 
 
-def late_sequential_frame(node: Window | Delta | Nest | GroupBy, ctx: LowerContext) -> DataFrame:
+def released_stages(node: Node, ctx: LowerContext) -> list[Operator]:
+    """The stages of the run of operators ``node`` ends over publication time
+    (:func:`~roses_app.algebra.eventtime.released_chain`), the lowest first."""
+    stages: list[Operator] = []
+    for n in released_chain(node):
+        if isinstance(n, Aggregate | GroupBy):
+            periodic = periodic_input(n.input)
+            if periodic is None:
+                stages.append(GroupOperator(n, ctx.namespaces, ctx.on_error(n)))
+            else:  # it reads the window's input: no window stage before it
+                stage = ClosedWindowsOperator(n, periodic[1], ctx.namespaces, ctx.on_error(n))
+                stages.append(stage)
+        elif isinstance(n, Nest):
+            stages.append(NestOperator(ctx.on_error(n)))
+        elif isinstance(n, Window | Delta) and not (
+            isinstance(node, Aggregate | GroupBy) and n is node.input and periodic_input(n)
+        ):
+            stages.append(stage_of(n))
+    return stages
+
+
+def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     """The results of ``node`` over publication time: see the module doc."""
     below = late_sequential(node)
     assert below is not None
     lateness = release_lateness(node, ctx.lateness)
-    stages: list[Operator]
-    if isinstance(node, Nest):
-        stages = [NestOperator(ctx.on_error(node))]
-    elif isinstance(node, GroupBy):
-        assert isinstance(node.input, Window)
-        stages = [stage_of(node.input), GroupOperator(node, ctx.namespaces, ctx.on_error(node))]
-    else:
-        stages = [stage_of(n) for n in chain(node)[1]]
+    stages = released_stages(node, ctx)
     frame = timed_input(node, below, ctx)
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event")
     processor = LateSequentialProcessor(node, stages, lateness, ctx.on_error(node), ctx.errors)
@@ -186,6 +255,13 @@ def _window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
     if late_sequential(node) is not None:
         return late_sequential_frame(node, ctx)
     return window_or_delta(node, ctx)
+
+
+@register
+def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
+    if late_sequential(node) is not None:
+        return late_sequential_frame(node, ctx)
+    return aggregate_frame(node, ctx)
 
 
 @register

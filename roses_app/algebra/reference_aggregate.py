@@ -1,0 +1,119 @@
+"""Reference semantics of aggregation (α) and group-by (γ) (seed 002's physical
+algebra): one item per timestamp (and key) of the window they read; over a periodic
+time window, one per closed window (and key), stamped with its bounds and guid.
+
+Over publication time, the windows :mod:`roses_app.algebra.lateness` runs take their
+items in arrival order (:func:`_late_windows`); the others read a released run of
+operators (:func:`~roses_app.algebra.reference_time.released_run`), where every time
+is decided and a periodic window closes once a later time has been released.
+"""
+
+from __future__ import annotations
+
+from roses_app.algebra.eventtime import late_sequential, late_windowed
+from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
+from roses_app.algebra.plan import Aggregate, GroupBy
+from roses_app.algebra.reference_registry import (
+    Context,
+    RefEvent,
+    heartbeats,
+    items_only,
+    ordered,
+    register,
+    run,
+)
+from roses_app.algebra.reference_time import ALL_DECIDED, Group, released_run, time_groups
+from roses_app.algebra.windows import closed_windows, periodic_input
+
+
+def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
+    released = late_sequential(node) is not None
+    periodic = periodic_input(node.input)
+    if periodic is not None:
+        below, spec = periodic
+        if released:
+            events = released_run(node, ctx, stop=below)
+            # a window closes once a later time has been released
+            horizon = max((e.ts for e in events), default=0)
+        else:
+            events, horizon = run(below, ctx), ctx.horizon
+        closed = closed_windows(items_only(events), spec, horizon)
+        return [(end, start, end, None, content) for start, end, content in closed]
+    if released:  # what is released is final: every time is decided
+        return time_groups(items_only(released_run(node, ctx, stop=node.input)), ALL_DECIDED)
+    return time_groups(items_only(run(node.input, ctx)), ctx.horizon)
+
+
+def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:
+    from roses_app.xmlfn.reduce import keyed_buckets
+
+    out: list[Group] = []
+    for ts, start, end, _, events in groups:
+        out.extend(
+            (ts, start, end, key, bucket) for key, bucket in keyed_buckets(by, ctx.ns, events)
+        )
+    return out
+
+
+def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> list[RefEvent]:
+    """The stamped reducer result of each group, as Spark's aggregate computes it (one
+    reducer call per key, the same function)."""
+    from roses_app.xmlfn.reduce import reduce_groups
+
+    windows = [
+        ([e.item or "" for e in events], start, end, key) for _, start, end, key, events in groups
+    ]
+    items = reduce_groups(node.reduce, ctx.ns, node.stream, windows)
+    return ordered(
+        {
+            RefEvent(ts, min(e.seq for e in events), item)
+            for (ts, _, _, _, events), item in zip(groups, items, strict=True)
+            if item is not None
+        }
+    )
+
+
+@register
+def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
+    if late_windowed(node) is not None:
+        return _late_windows(node, ctx)
+    return _reduce(ctx, node, _groups(node, ctx))
+
+
+@register
+def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
+    if late_windowed(node) is not None:
+        return _late_windows(node, ctx)
+    return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
+
+
+def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
+    """α/γ over the windows :mod:`roses_app.algebra.lateness` runs, items taken in
+    arrival order; the late items go to ``ctx.late``."""
+    from roses_app.xmlfn import split_batch
+    from roses_app.xmlfn.reduce import advance_windows
+
+    found = late_windowed(node)
+    assert found is not None
+    below, spec = found
+    events = run(below, ctx)
+    items = items_only(events)
+    keys: list[str | None] = [None] * len(items)
+    if isinstance(node, GroupBy):
+        keys = split_batch(node.by, ctx.ns, [e.item for e in items])
+    arrivals = [(ctx.arrival(e.seq), Arrival(e.ts, e.seq, None)) for e in heartbeats(events)]
+    arrivals += [
+        (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, key))
+        for e, key in zip(items, keys, strict=True)
+        if key is not None or isinstance(node, Aggregate)
+    ]
+    state = LateWindows(spec, node.lateness, node.report)
+    planned, settled, published = advance_windows(
+        state, arrival_groups(arrivals), node.reduce, ctx.ns, node.stream
+    )
+    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
+    ctx.unchanged[node] = settled.unchanged
+    return ordered(RefEvent(e.ts, e.seq, item) for e, item in published)
+
+
+__all__ = ["Group"]
