@@ -114,27 +114,14 @@ def test_the_config_takes_delta_nest_windows_and_runs_of_them_in_publication_tim
 @SPARK_EXAMPLES
 @given(
     events=out_of_order_event_lists(max_size=30),
-    plans=st.lists(late_sequential_plans(), min_size=2, max_size=2),
+    plans=st.lists(late_sequential_plans() | released_chains(), min_size=2, max_size=2),
     lateness=st.integers(0, 10),
 )
 def test_spark_equals_reference_on_released_operators_over_out_of_order_items(
     events: list[RefInput], plans: list[Node], lateness: int, spark: Any, tmp_path: Path
 ) -> None:
-    assert_engines_agree(plans, events, tmp_path, lateness)
-
-
-@pytest.mark.spark
-@SPARK_EXAMPLES
-@given(
-    events=out_of_order_event_lists(max_size=30),
-    plans=st.lists(released_chains(), min_size=2, max_size=2),
-    lateness=st.integers(0, 10),
-)
-def test_spark_equals_reference_on_runs_of_released_operators(
-    events: list[RefInput], plans: list[Node], lateness: int, spark: Any, tmp_path: Path
-) -> None:
-    """An operator of time reading another's results over publication time (a window
-    of a nest, a delta of a delta, an aggregate of a delta...): one released run."""
+    """A released operator, or a run of them where one reads another's results (a
+    window of a nest, a delta of a delta, an aggregate of a delta...)."""
     assert all(late_sequential(plan) is not None for plan in plans)
     assert_engines_agree(plans, events, tmp_path, lateness)
 

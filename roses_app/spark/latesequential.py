@@ -8,12 +8,11 @@ time (:func:`roses_app.algebra.eventtime.late_sequential`), the rule of
 Over publication time one ``transformWithStateInPandas`` operator, under one constant
 key (the clock is the latest time seen of every item), holds the items on time until
 the clock is more than the lateness past them, then runs them in time order through
-the same stages as over ingest time (the windows, deltas and nests of the run, then
-an aggregate or a group: per time of its window, or per closed window of a periodic
-one).  Its state (the clock, the items held and each stage's
-memory) is JSON in one value state.  Items later than the lateness are counted under
-``late:STREAM`` (and a group with ``late: publish`` publishes them in its ``late``
-part).
+the same stages as over ingest time (the windows, deltas and nests of the run, then an
+aggregate or a group: per time of its window, or per closed window of a periodic one).
+Its state (the clock, the items held and each stage's memory) is JSON in one value
+state. Items later than the lateness are counted under ``late:STREAM`` (and an
+aggregate or a group with ``late: publish`` publishes them in its ``late`` part).
 """
 
 from __future__ import annotations
