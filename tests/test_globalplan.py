@@ -82,7 +82,7 @@ def numbered_events(n: int, first_seq: int = 1, start: int = 1) -> list[RefInput
 
 
 def write_spool(folder: Path, name: str, events: list[RefInput]) -> None:
-    write_events(folder / name, [Event(e.source, e.ts, e.seq, e.item) for e in events])
+    write_events(folder / name, [Event(e.source, e.ts, e.seq, e.item, e.published) for e in events])
 
 
 def _run(

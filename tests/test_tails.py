@@ -99,20 +99,45 @@ def test_a_window_that_a_chain_also_computes_is_said_to_run_twice() -> None:
     assert spark_copies(both)[WINDOW] == 2
 
 
+# α per day over the items new at each time of the last week's window, in publication
+# time: one released run, one Spark operator (its window, delta and window are stages)
+PUBLISHED = Source("a", "published")
+RUN = Aggregate(
+    Window(Delta(Window(PUBLISHED, TimeWindow(20, None)), "insert"), TimeWindow(10, 10)),
+    DIGEST,
+    "fresh",
+)
+
+
+def test_a_run_of_operators_is_counted_as_the_one_operator_spark_runs() -> None:
+    assert [n for _, n in operator_count([Stream("fresh", RUN)])] == [1]
+    copies = spark_copies([Stream("fresh", RUN)])
+    assert set(copies.values()) == {1} and len(copies) == 4  # each computed once, in it
+    # over ingest time a delta of a delta is one operator too
+    twice = Delta(Delta(Source("a"), "insert"), "delete")
+    assert [n for _, n in operator_count([Stream("d", twice)])] == [1]
+
+
 @pytest.mark.spark
 def test_the_operators_spark_runs_are_the_ones_explain_counts(tmp_path: Path, spark: Any) -> None:
+    """The window and the delta's chain: two operators; the run over publication time
+    (its items out of order): one more."""
+    streams = [*WINDOW_AND_DELTA, Stream("fresh", RUN)]
     events = [
-        RefInput("a", 1 + k * 3, 1 + k, f"<item><title>t{k}</title></item>") for k in range(12)
+        RefInput("a", 1 + k * 3, 1 + k, f"<item><title>t{k}</title></item>", 1 + k * 3 - k % 3)
+        for k in range(12)
     ]
+    events.append(RefInput("", 100, 13, None))  # time passes: the run's windows close
     write_spool(tmp_path / "log", "e.jsonl", events)
-    sink = MemorySink([s.name for s in WINDOW_AND_DELTA])
-    running = _run(spark, tmp_path, WINDOW_AND_DELTA, sink)
+    sink = MemorySink([s.name for s in streams])
+    running = _run(spark, tmp_path, streams, sink, lateness=2)
     stateful = [r for r in running if r.name != "stateless"]
     operators = stateful[0].query.lastProgress["stateOperators"]
-    assert len(operators) == list(operator_count(WINDOW_AND_DELTA))[-1][1] == 2
-    expected = evaluate_streams(WINDOW_AND_DELTA, events)
+    assert len(operators) == list(operator_count(streams))[-1][1] == 3
+    expected = evaluate_streams(streams, events, lateness=2)
+    assert expected["fresh"][""]  # the run publishes something
     got = {name: {p: sorted(e) for p, e in parts.items()} for name, parts in sink.collected.items()}
-    assert got == expected
+    assert got == {name: parts for name, parts in expected.items() if any(parts.values())}
 
 
 @pytest.mark.spark

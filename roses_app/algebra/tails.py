@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from roses_app.algebra.eventtime import publishes_late
+from roses_app.algebra.eventtime import late_sequential, publishes_late, released_chain
 from roses_app.algebra.globalplan import STATELESS_TYPES, is_stateless_in
-from roses_app.algebra.plan import Node, Stream, Window
+from roses_app.algebra.plan import Delta, Node, Stream, Window
 from roses_app.algebra.program import Namespaces, Program, build_program
 
 
@@ -183,5 +183,25 @@ def _paths_from(
     # A window read by another operator is part of it (a join's range, an aggregate's
     # grouping, a stage of a delta's chain), not an operator of its own: what is below
     # it is.  Its content is still computed there: a window that is also a head, or
-    # that two operators read, is computed once by each.
-    return {n: p for n, p in paths.items() if windows or n is head or not isinstance(n, Window)}
+    # that two operators read, is computed once by each.  So are the stages of the
+    # head's own operator.
+    if windows:
+        return paths
+    stages = _stages(head)
+    return {
+        n: p for n, p in paths.items() if n is head or not (isinstance(n, Window) or n in stages)
+    }
+
+
+def _stages(head: Node) -> frozenset[Node]:
+    """The operators Spark runs inside ``head``'s own operator as its stages: those of
+    a released run over publication time, or over ingest time the windows and deltas
+    below a window or a delta (one operator for the run)."""
+    if late_sequential(head) is not None:
+        return frozenset(released_chain(head)) - {head}
+    run: set[Node] = set()
+    below = head.input if isinstance(head, Window | Delta) else None
+    while isinstance(below, Window | Delta):
+        run.add(below)
+        below = below.input
+    return frozenset(run)
