@@ -257,8 +257,9 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time, only these run for now: aggregates and groups over windows, joins, "
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
-                "nests over them, with an aggregate or a group on top (an operator that "
-                "reads a join's, a grouping's or a reporting aggregate's results does "
-                "not): read its sources with time: ingest"
+                "nests over them, with an aggregate or a group on top (not an operator "
+                "reading the results of a join, a windowed grouping, or an aggregate or "
+                "group over a periodic or session window of them): read its sources "
+                "with time: ingest"
             ),
         )
