@@ -130,6 +130,17 @@ def chain_below(node: Node) -> Node | None:
     return below
 
 
+def window_delta_run(node: Node) -> tuple[Node, list[Window | Delta]]:
+    """The run of windows and deltas from ``node`` down (the lowest first; empty if
+    ``node`` is neither) and the node below it: over ingest time, one operator."""
+    run: list[Window | Delta] = []
+    below = node
+    while isinstance(below, Window | Delta):
+        run.append(below)
+        below = below.input
+    return below, run[::-1]
+
+
 def late_sequential(node: Node) -> Node | None:
     """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
     stateless plan of items read in publication time, a run of windows, deltas and
@@ -151,7 +162,7 @@ def late_sequential(node: Node) -> Node | None:
         below = chain_below(node)
     else:
         return None
-    if below is None or below is node or not event_timed(below) or not stateless(below):
+    if below is None or not event_timed(below) or not stateless(below):
         return None
     return below
 

@@ -58,19 +58,9 @@ def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:
 def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> list[RefEvent]:
     """The stamped reducer result of each group, as Spark's aggregate computes it (one
     reducer call per key, the same function)."""
-    from roses_app.xmlfn.reduce import reduce_groups
+    from roses_app.xmlfn.reduce import group_results
 
-    windows = [
-        ([e.item or "" for e in events], start, end, key) for _, start, end, key, events in groups
-    ]
-    items = reduce_groups(node.reduce, ctx.ns, node.stream, windows)
-    return ordered(
-        {
-            RefEvent(ts, min(e.seq for e in events), item)
-            for (ts, _, _, _, events), item in zip(groups, items, strict=True)
-            if item is not None
-        }
-    )
+    return ordered({RefEvent(*r) for r in group_results(node.reduce, ctx.ns, node.stream, groups)})
 
 
 @register
@@ -116,4 +106,4 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     return ordered(RefEvent(e.ts, e.seq, item) for e, item in published)
 
 
-__all__ = ["Group"]
+__all__: list[str] = []  # the handlers register themselves

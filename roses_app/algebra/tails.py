@@ -24,9 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from roses_app.algebra.eventtime import late_sequential, publishes_late, released_chain
+from roses_app.algebra.eventtime import (
+    late_sequential,
+    publishes_late,
+    released_chain,
+    window_delta_run,
+)
 from roses_app.algebra.globalplan import STATELESS_TYPES, is_stateless_in
-from roses_app.algebra.plan import Delta, Node, Stream, Window
+from roses_app.algebra.plan import Node, Stream, Window
 from roses_app.algebra.program import Namespaces, Program, build_program
 
 
@@ -197,11 +202,5 @@ def _stages(head: Node) -> frozenset[Node]:
     """The operators Spark runs inside ``head``'s own operator as its stages: those of
     a released run over publication time, or over ingest time the windows and deltas
     below a window or a delta (one operator for the run)."""
-    if late_sequential(head) is not None:
-        return frozenset(released_chain(head)) - {head}
-    run: set[Node] = set()
-    below = head.input if isinstance(head, Window | Delta) else None
-    while isinstance(below, Window | Delta):
-        run.add(below)
-        below = below.input
-    return frozenset(run)
+    run = released_chain(head) if late_sequential(head) is not None else window_delta_run(head)[1]
+    return frozenset(run) - {head}

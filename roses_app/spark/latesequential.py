@@ -147,14 +147,10 @@ def reduced(
     node: Aggregate | GroupBy, namespaces: Namespaces, groups: list[Group], on_error: udfs.ErrorHook
 ) -> list[Event]:
     """The stamped reducer result of each group, at its time with its lowest seq."""
-    from roses_app.xmlfn.reduce import reduce_groups
+    from roses_app.xmlfn.reduce import group_results
 
-    windows = [([e.item or "" for e in b], start, end, k) for _, start, end, k, b in groups]
-    results = reduce_groups(node.reduce, namespaces, node.stream, windows, on_error)
     return [
-        Event(ts, min(e.seq for e in b), item)
-        for (ts, _, _, _, b), item in zip(groups, results, strict=True)
-        if item is not None
+        Event(*r) for r in group_results(node.reduce, namespaces, node.stream, groups, on_error)
     ]
 
 

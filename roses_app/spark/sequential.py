@@ -43,11 +43,10 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.delta import delta, present
-from roses_app.algebra.eventtime import late_grouped
+from roses_app.algebra.eventtime import late_grouped, window_delta_run
 from roses_app.algebra.plan import (
     CountWindow,
     Delta,
-    Node,
     SessionWindow,
     Window,
     WindowedGrouping,
@@ -322,21 +321,10 @@ def stage_of(node: Window | Delta) -> Operator:
     return DeltaOperator(node.kind)
 
 
-def chain(node: Window | Delta) -> tuple[Node, list[Window | Delta]]:
-    """The run of Window and Delta nodes from ``node`` down (the lowest first), and
-    the node below it."""
-    run: list[Window | Delta] = []
-    below: Node = node
-    while isinstance(below, Window | Delta):
-        run.append(below)
-        below = below.input
-    return below, run[::-1]
-
-
 def window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
     """A run of windows and deltas over ingest time (the handler is in
     :mod:`roses_app.spark.latesequential`, which also lowers them over publication time)."""
-    below, run = chain(node)
+    below, run = window_delta_run(node)
     # a late row is dropped where the chain reads its input: the lowest node's step
     processor = SequentialProcessor([stage_of(n) for n in run], ctx.on_error(run[0]))
     return sequential(lower(below, ctx), F.lit(0), processor)

@@ -71,6 +71,24 @@ def reduce_groups(
     ]
 
 
+def group_results(
+    query: XQuery,
+    namespaces: Namespaces,
+    stream: str,
+    groups: Sequence[tuple[int, int, int, str | None, Sequence[H]]],
+    on_error: OnError | None = None,
+) -> list[tuple[int, int, str]]:
+    """(ts, seq, item) of each (ts, start, end, key, events) group's stamped reducer
+    result: at the group's time, with its lowest seq; a λ or failed result is left out."""
+    windows = [([e.item or "" for e in b], start, end, key) for _, start, end, key, b in groups]
+    results = reduce_groups(query, namespaces, stream, windows, on_error)
+    return [
+        (ts, min(e.seq for e in b), item)
+        for (ts, _, _, _, b), item in zip(groups, results, strict=True)
+        if item is not None
+    ]
+
+
 def stamped(
     item: str,
     stream: str,
