@@ -27,6 +27,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -246,9 +247,9 @@ def last_archived_seq(archive: Path) -> int:
     if not files:
         return 0
     newest = max(files, key=first_seq)
-    parts = newest.stem.split("-")
-    if parts[0] == "merged" and parts[-1].isdigit():
-        return int(parts[-1])
+    named = _last_named_seq(newest)
+    if named is not None:
+        return named
     return max((e.seq for e in read_file(newest)), default=0)
 
 
@@ -306,18 +307,30 @@ def spool_files(root: Path) -> list[Path]:
     return sorted(every, key=first_seq)
 
 
-def read_spool(root: Path, attempts: int = 5, until: int | None = None) -> list[Event]:
+def read_spool(
+    root: Path, attempts: int = 5, until: int | None = None, since: int | None = None
+) -> list[Event]:
     """Every event of the spool at ``root``, in seq order, read without its index:
     safe while a daemon appends, archives and compacts (a file moved away meanwhile
     is looked for again; a file and its merged copy give each event once).  With
     ``until``, only the events up to that time and the first one after it (if any):
     a file is read only up to its first event after ``until`` (ingest times grow
-    with seq, so the rest of the file is later too)."""
+    with seq, so the rest of the file is later too).  With ``since``, a file whose
+    events are all before that time is not read, but for the spool's first event
+    (whose time messages name): the events from ``since`` on are all there."""
     for _ in range(attempts):
         found: dict[int, Event] = {}
         after: Event | None = None
         try:
-            for path in spool_files(root):
+            files = spool_files(root)
+            skipped = _before(files, since) if since is not None else set()
+            for path in files:
+                if path in skipped:
+                    if not found:  # the spool's first event
+                        first = next(iter(_first_events([path])), None)
+                        if first is not None:
+                            found[first.seq] = first
+                    continue
                 for event in read_file(path):
                     if until is not None and event.ts > until:
                         after = event if after is None or event.seq < after.seq else after
@@ -329,6 +342,45 @@ def read_spool(root: Path, attempts: int = 5, until: int | None = None) -> list[
             found.setdefault(after.seq, after)
         return [found[seq] for seq in sorted(found)]
     raise SpoolError(f"the spool at {root} kept changing while read; try again")
+
+
+def _before(files: list[Path], since: int) -> set[Path]:
+    """The files (sorted by first seq) whose events are all before ``since``: each
+    event is no later than the first event of any file that starts after it (ingest
+    times grow with seq).  A plain file's seqs end before the next file's first seq,
+    a merged file's at the last seq its name gives; copies a merged file replaces
+    start where it does, so they bound nothing of it."""
+    firsts = _first_events(files)
+    starts = [first_seq(path) for path in files]
+    # the earliest first time among the files from each position on
+    bound: list[int | None] = [None] * (len(files) + 1)
+    for i in range(len(files) - 1, -1, -1):
+        event, later = firsts[i], bound[i + 1]
+        here = None if event is None else event.ts
+        bound[i] = here if later is None else later if here is None else min(here, later)
+    skipped: set[Path] = set()
+    for path in files:
+        ends = _last_named_seq(path)
+        limit = bound[bisect_right(starts, first_seq(path) if ends is None else ends)]
+        if limit is not None and limit < since:
+            skipped.add(path)
+    return skipped
+
+
+def _first_events(paths: Sequence[Path]) -> list[Event | None]:
+    """Each file's first event (None: an empty file), from its first line."""
+    out: list[Event | None] = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            line = next((line for line in fh if line.strip()), None)
+        out.append(Event(**orjson.loads(line)) if line is not None else None)
+    return out
+
+
+def _last_named_seq(path: Path) -> int | None:
+    """The last seq of a merged file, from its name (``merged-FIRST-LAST``)."""
+    parts = path.stem.split("-")
+    return int(parts[-1]) if parts[0] == "merged" and parts[-1].isdigit() else None
 
 
 def read_file(path: Path) -> Iterator[Event]:

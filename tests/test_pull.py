@@ -19,7 +19,7 @@ from roses_app.config import load_config
 from roses_app.items import MICROS, iso8601
 from roses_app.publish import HttpServer, create_app
 from roses_app.publish.pull import PullQueries
-from roses_app.spool import Spool
+from roses_app.spool import Spool, first_seq, read_spool
 from roses_app.store import Store
 
 T0 = 1_795_000_000 * MICROS  # 2026-11-18, a whole second
@@ -146,3 +146,59 @@ def test_get_streams_answers_with_json_feed_rss_or_atom_and_says_what_is_wrong(
     finally:
         server.stop()
         store.close()
+
+
+WINDOWS = """
+settings: {data_dir: ./data, max_future: 10m}
+sources:
+  wire: {feed: "file:wire.xml", time: published}
+  desk: {feed: "file:desk.xml"}
+streams:
+  lastten:              # published time: items up to max_future ahead of arrival
+    window: {from: wire, time: 10m, every: 5m}
+  recent:
+    window: {from: {filter: {from: desk, where: "category = 'news'"}}, time: 3m}
+  everything:           # not a time window: its whole history up to the time
+    filter: {from: {union: [wire, desk]}, where: "true()"}
+"""
+
+
+def test_a_time_window_reads_only_the_spool_its_range_needs(tmp_path: Path) -> None:
+    """A pull query of a time window of filters, maps and unions answers as over the
+    whole spool, reading the files from its range on (less ``max_future`` over
+    publication time): a broken file older than that is never read."""
+    (tmp_path / "feeds.yaml").write_text(WINDOWS)
+    config = load_config(tmp_path / "feeds.yaml")
+    clock = iter(T0 + k * MINUTE for k in range(1000))
+    root = tmp_path / "data" / "spool"
+    spool = Spool(root, clock=lambda: next(clock), max_future=config.settings.max_future)
+    try:
+        for k in range(60):
+            # arrivals a minute apart (wire's at even minutes), publication times from
+            # 20 minutes before to 9 minutes after
+            ahead = ((k * 7) % 30 - 20) * MINUTE
+            published = T0 + 2 * k * MINUTE + ahead
+            spool.append("wire", [(item(k, "sport"), published)])
+            spool.append("desk", [(item(100 + k, "news" if k % 3 else "sport"), None)])
+    finally:
+        spool.close()
+    pull = PullQueries(config, root)
+    whole = [RefInput(e.source, e.ts, e.seq, e.item, e.published) for e in read_spool(root)]
+    settings = config.settings
+    for k in (0, 3, 31, 64, 90, 110, 119, 200):
+        at = T0 + k * MINUTE + (k % 2) * 7 * MICROS
+        for name in ("lastten", "recent", "everything"):
+            expected = content_at(
+                config.streams[name].stream, whole, at, settings.namespaces, show=iso8601
+            )
+            got = [(e.ts, e.seq, e.item) for e in pull.answer(name, at).entries]
+            assert got == [(e.ts, e.seq, e.item) for e in expected[""]], (name, k)
+    # spool files are one append each: break the 80th minute's (wire) after its first
+    # line; the windows at 111 min never read it, the whole history does
+    broken = sorted(root.rglob("*.jsonl"), key=first_seq)[80]
+    broken.write_bytes(broken.read_bytes() + b"not json\n")
+    late = T0 + 111 * MINUTE
+    assert pull.answer("lastten", late).entries
+    assert pull.answer("recent", late).entries
+    with pytest.raises(ValueError):
+        pull.answer("everything", late)

@@ -172,3 +172,64 @@ def test_a_read_up_to_a_time_stops_at_the_first_later_event_of_each_file(
     assert read_spool(tmp_path / "spool", until=8000)[-1].ts == 9000
     with pytest.raises(ValueError):  # read to its end, that file is broken
         read_spool(tmp_path / "spool")
+
+
+def test_a_read_from_a_time_skips_the_files_wholly_before_it(tmp_path: Path) -> None:
+    """Pull queries of a time window read the spool from the window's start: every
+    event from that time on is there, and the spool's first event (a message names
+    its time), whatever the files (merged beside their old copies, still in the log);
+    a file wholly before that time is read no further than its first line."""
+    from roses_app.spool import read_spool
+
+    times = iter(range(1000, 100_000, 1000))
+    spool = Spool(tmp_path / "spool", clock=lambda: next(times))
+    for n in range(4):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None)])
+    _archive_all(spool)
+    spool.compact(min_files=1)  # merged: events at 1000..4000
+    for n in range(4, 8):
+        spool.append("a", [(f"<item><guid>{n}-{k}</guid></item>", None) for k in range(2)])
+    _archive_all(spool)
+    olds = sorted(spool.archive_dir.rglob("[0-9]*.jsonl"))
+    kept = {p: p.read_bytes() for p in olds}
+    spool.compact(min_files=1)  # merged: events at 5000..8000, two each
+    for path, data in kept.items():  # the old copies are back beside the merged file
+        path.write_bytes(data)
+    for n in range(8, 11):
+        spool.append("a", [(f"<item><guid>{n}</guid></item>", None)])  # in the log
+    spool.close()
+    root = tmp_path / "spool"
+    every = read_spool(root)
+    pairs = [t for t in range(5000, 9000, 1000) for _ in "ab"]
+    assert [e.ts for e in every] == [1000, 2000, 3000, 4000, *pairs, 9000, 10_000, 11_000]
+    for since in (0, 1000, 1001, 4000, 4500, 5000, 6000, 6001, 8000, 9500, 11_000, 12_000):
+        got = read_spool(root, since=since)
+        assert got[0] == every[0]
+        assert [e for e in got if e.ts >= since] == [e for e in every if e.ts >= since]
+        assert set(got) <= set(every)
+        for until in (5000, 9000, 20_000):
+            cut = read_spool(root, since=since, until=until)
+            assert [e for e in cut if since <= e.ts <= until] == [
+                e for e in every if since <= e.ts <= until
+            ]
+    # the first event, then the log's: an event at 8000 could be followed by one at
+    # 9000 in its file (times do not grow strictly), so a file is skipped only when
+    # a later file starts before ``since``
+    assert [e.ts for e in read_spool(root, since=9001)] == [1000, 9000, 10_000, 11_000]
+    # the first merged file: its first event, then lines that are not even JSON
+    first = min(spool.archive_dir.rglob("merged-*.jsonl"))
+    first.write_bytes(first.read_bytes() + b"not json\n")
+    assert [e.ts for e in read_spool(root, since=6000)][:2] == [1000, 5000]
+    with pytest.raises(ValueError):  # read from the start, that file is broken
+        read_spool(root, since=4000)
+    # files Spool did not write (times do not always grow from file to file): an
+    # event at the time the next file starts is still read from that time on
+    from roses_app.items import Event
+    from roses_app.spool import write_events
+
+    other = tmp_path / "other"
+    write_events(other / "log" / "00000000000000000001-a.jsonl", [Event("a", 5, 1, "<i/>")])
+    write_events(other / "log" / "00000000000000000002-b.jsonl", [Event("a", 7, 2, "<i/>")])
+    write_events(other / "log" / "00000000000000000003-c.jsonl", [Event("a", 7, 3, "<i/>")])
+    assert [e.seq for e in read_spool(other, since=7)] == [1, 2, 3]
+    assert [e.seq for e in read_spool(other, since=8)] == [1, 3]

@@ -10,16 +10,22 @@ that asking never disturbs the running queries:
 * any other stream: its events up to ``t`` (its time ≤ ``t``), newest first, per
   part (a split stream has one per value): the materialized view of the stream as it
   stood at ``t``.
+
+A time window of filters, maps and unions needs only the events of its range
+(:func:`earliest_needed`): asking for "now" reads the spool's last day for a daily
+window, not its whole history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from roses_app.algebra.plan import Stream, Window
+from roses_app.algebra.eventtime import event_timed, stateless
+from roses_app.algebra.plan import Stream, TimeWindow, Window
 from roses_app.algebra.reference import evaluate, evaluate_stream
 from roses_app.algebra.reference_registry import Namespaces, RefEvent, RefInput
 from roses_app.algebra.reference_time import WindowCall
+from roses_app.algebra.windows import call_bounds
 from roses_app.errors import RosesError
 
 
@@ -57,8 +63,25 @@ def content_at(
     return {part: _newest_first(e for e in events if e.ts <= at) for part, events in parts.items()}
 
 
+def earliest_needed(stream: Stream, at: int, max_future: int) -> int | None:
+    """The earliest ingest time of an event that can be in ``stream``'s content at
+    ``at`` (None: any, the whole spool up to ``at`` counts).  A time window of a
+    stateless plan shows the items whose time is in its range at ``at``; an item's
+    publication time is at most ``max_future`` after its ingest time (a later one is
+    not believed), so over publication time the events ingested that much earlier
+    count too."""
+    plan = stream.plan
+    if not isinstance(plan, Window) or not isinstance(plan.spec, TimeWindow):
+        return None
+    if not stateless(plan.input):
+        return None
+    found = call_bounds(plan.spec, at)
+    low = at if found is None else found[0]
+    return low - max_future if event_timed(plan.input) else low
+
+
 def _newest_first(events: Iterable[RefEvent]) -> list[RefEvent]:
     return sorted(events, reverse=True)
 
 
-__all__ = ["PullQueryError", "UnknownStreamError", "content_at"]
+__all__ = ["PullQueryError", "UnknownStreamError", "content_at", "earliest_needed"]

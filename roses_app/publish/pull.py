@@ -16,7 +16,12 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from roses_app.algebra.pull import PullQueryError, UnknownStreamError, content_at
+from roses_app.algebra.pull import (
+    PullQueryError,
+    UnknownStreamError,
+    content_at,
+    earliest_needed,
+)
 from roses_app.algebra.reference_registry import RefInput
 from roses_app.config.model import Config
 from roses_app.items import MICROS, iso8601, iso_micros
@@ -83,12 +88,14 @@ class PullQueries:
         if stream is None:
             known = ", ".join(self.config.streams) or "none"
             raise UnknownStreamError(f"no stream named {name!r} (streams: {known})")
-        # what had arrived by ``at`` (and the next event, whose time a message may name)
+        settings = self.config.settings
+        # what had arrived by ``at`` and counts then (and the next event and the
+        # spool's first, whose times a message may name)
+        since = earliest_needed(stream.stream, at, settings.max_future)
         inputs = [
             RefInput(e.source, e.ts, e.seq, e.item, e.published)
-            for e in read_spool(self.spool_root, until=at)
+            for e in read_spool(self.spool_root, until=at, since=since)
         ]
-        settings = self.config.settings
         content = content_at(
             stream.stream, inputs, at, settings.namespaces, lateness=settings.lateness, show=iso8601
         )
