@@ -8,7 +8,6 @@ runs Spark over that fixture in several micro-batches, its state kept in between
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import pairwise
@@ -27,7 +26,9 @@ from roses_app.algebra.lateness import (
     Settled,
     arrival_groups,
 )
+from roses_app.algebra.panes import Entry
 from roses_app.algebra.plan import CountWindow, Report, SessionWindow, TimeWindow
+from roses_app.algebra.slices import ChunkId, MemorySlices
 from roses_app.algebra.windows import refresh_bounds, refreshes_holding
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -154,33 +155,60 @@ def test_batches_with_the_state_saved_in_between_publish_what_one_pass_does(
     _, whole = step(LateWindows(spec, lateness, report), groups)
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(groups) - 1)), max_size=4)))
     saved: dict[str, Any] | None = None
+    store = RecordedSlices()  # the operator's MapState: kept between micro-batches
     emitted = []
     for start, end in zip([0, *cuts], [*cuts, len(groups)], strict=True):
         # as the Spark operator keeps it (roses_app.spark.late)
         text = orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS)
-        windows = LateWindows.load(spec, lateness, report, orjson.loads(text))
+        windows = LateWindows.load(spec, lateness, report, orjson.loads(text), store)
         emitted += step(windows, groups[start:end])[1].emissions
         saved = windows.dump()
     assert emitted == whole.emissions
 
 
-def test_a_sliding_windows_state_holds_each_item_once_and_reads_back_as_it_was() -> None:
-    spec = TimeWindow(10, 2)  # every item is in five windows
-    windows = LateWindows(spec, 100)
-    step(windows, [[Arrival(t, t, f"<item>{t}</item>", f"k{t % 2}") for t in range(1, 21)]])
-    saved = windows.dump()
-    text = orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS).decode()
-    assert all(text.count(f"<item>{t}</item>") == 1 for t in range(1, 21))
-    again = LateWindows.load(spec, 100, Report(), orjson.loads(text))
-    assert again.panes == windows.panes and again.clock == windows.clock
-    # a state saved before items were written once (each window with its own) reads too
-    panes = windows.panes
-    older = {
-        **saved,
-        "panes": [[*p[:4], sorted(panes[p[0], p[1]].entries), *p[5:]] for p in saved["panes"]],
-    }
-    del older["items"]
-    assert LateWindows.load(spec, 100, Report(), json.loads(json.dumps(older))).panes == panes
+class RecordedSlices(MemorySlices):
+    """Chunks as MapState keeps them (a copy of each value), and those written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[tuple[ChunkId, int]] = []  # and how many entries
+
+    def get(self, chunk: ChunkId) -> list[Entry] | None:  # type: ignore[override]
+        found = super().get(chunk)
+        return None if found is None else list(found)
+
+    def put(self, chunk: ChunkId, entries: list[Entry]) -> None:
+        self.written.append((chunk, len(entries)))
+        super().put(chunk, list(entries))
+
+
+def test_a_poll_writes_only_the_items_it_added_and_old_slices_go() -> None:
+    """Each item is kept once, in the slice of its time; a micro-batch writes the items
+    it added (a late one too, in its own slice), not the slices they went to nor the
+    whole state; a slice goes once no window kept holds it."""
+    spec = TimeWindow(10, 2)  # every item is in five windows; slices of 2
+    store = RecordedSlices()
+    saved: dict[str, Any] | None = None
+    for poll in range(10):
+        windows = LateWindows.load(spec, 6, Report(), saved, store)
+        items = [Arrival(t, t, f"<item>{t}</item>", f"k{t % 2}") for t in (poll * 4, poll * 4 + 1)]
+        if poll in (6, 7):  # 8 and 12 behind the clock: some of its windows are still kept
+            items.append(Arrival(poll * 2 + 1, 100 + poll, "<late/>", "k1"))
+        store.written.clear()
+        planned, _ = step(windows, [items])
+        assert not planned.late
+        saved = windows.dump()
+        assert sorted(c[:2] for c, _ in store.written) == sorted(
+            {(a.key, a.time // 2) for a in items}
+        )
+        assert sum(n for _, n in store.written) == len(items)
+    kept = [e for entries in store.values() for e in entries]
+    assert len(kept) == len(set(kept))  # each item once
+    assert saved is not None
+    lowest = min(start for _, _, start, *_ in saved["panes"])
+    # nothing older than the slice of the oldest window kept
+    assert all(e.ts // 2 >= lowest // 2 for e in kept)
+    assert len(kept) < 12  # of 22
 
 
 @settings(max_examples=150, deadline=None)

@@ -37,10 +37,8 @@ publish the same results.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
 from roses_app.algebra.panes import (
@@ -53,8 +51,10 @@ from roses_app.algebra.panes import (
     add_to_sessions,
     closes_at,
     past_lateness,
+    plain_entries,
 )
 from roses_app.algebra.plan import CountWindow, Report, SessionWindow
+from roses_app.algebra.slices import MemorySlices, SliceMap, Slices, slice_width
 from roses_app.algebra.windows import Refreshed, count_window, refresh_bounds, refreshes_holding
 
 
@@ -140,7 +140,9 @@ def digest(item: str) -> str:
 class LateWindows:
     """The state of one operator: the clock, the windows kept, and for each the digest
     of its last published result and how many it published (to tell a changed result
-    from an unchanged one, and to number revisions)."""
+    from an unchanged one, and to number revisions).  A periodic window's items are in
+    ``items`` (:mod:`roses_app.algebra.slices`), each once; a count or session
+    window's in its panes."""
 
     spec: Refreshed | CountWindow | SessionWindow
     lateness: int
@@ -151,6 +153,14 @@ class LateWindows:
     # a count window's items, as far back as a window still to come may reach (an
     # aggregate's only: a group's key would have to leave published windows)
     kept: list[Entry] = field(default_factory=list)
+    items: Slices | None = None  # a periodic window's
+
+    def __post_init__(self) -> None:
+        if self.items is None and self._periodic():
+            self.items = Slices(slice_width(self.spec.period or 1))  # type: ignore[union-attr]
+
+    def _periodic(self) -> bool:
+        return not isinstance(self.spec, CountWindow | SessionWindow)
 
     def plan(self, groups: Iterable[Sequence[Arrival]]) -> Planned:
         """Take each arrival group in order (each item alone with ``tick: item``): add
@@ -226,6 +236,8 @@ class LateWindows:
             merged.extend(merges)
             return gone
         late: list[Arrival] = []
+        items = self.items
+        assert items is not None
         for arrival in group:
             if arrival.item is None:
                 continue
@@ -235,13 +247,12 @@ class LateWindows:
                 if len(holding):
                     late.append(arrival)  # else before the first window: in none
                 continue
-            entry = Entry(arrival.time, arrival.seq, arrival.item)
+            # an item comes once (arrival_groups makes the copies of one event one)
+            items.add(arrival.key, Entry(arrival.time, arrival.seq, arrival.item))
             for refresh in kept:
                 start, end = refresh_bounds(spec, refresh)
                 pane = self.panes.setdefault((end, arrival.key), Pane(start, end, arrival.key))
-                if entry not in pane.entries:
-                    pane.entries.add(entry)
-                    pane.touched = True
+                pane.touched = True
         return late
 
     def _gone(self, refresh: int, clock: int | None) -> bool:
@@ -260,13 +271,18 @@ class LateWindows:
         if self.clock is None:
             return out
         report = self.report
+        sliced = self.items
         for pane_id in sorted(self.panes, key=_pane_order):
             pane = self.panes[pane_id]
             pane.closed = pane.closed or closes_at(self.spec, pane) <= self.clock
             wanted = report.on_change or period or (report.on_close and pane.closed)
-            if not (pane.touched and wanted and pane.entries):
+            # a periodic window's pane exists once an item is in it
+            if not (pane.touched and wanted and (sliced is not None or pane.entries)):
                 continue
-            entries = sorted(pane.entries)
+            if sliced is not None:
+                entries = sliced.between(pane.key, pane.start, pane.end)
+            else:
+                entries = sorted(pane.entries)
             seqs = [e[1] for e in entries]
             items = tuple(e[2] for e in entries)
             ident = pane_id[0] if isinstance(self.spec, SessionWindow) else None
@@ -290,6 +306,14 @@ class LateWindows:
         ]
         for pane_id in gone:
             del self.panes[pane_id]
+        if self.items is not None and gone:
+            # a key's items before its windows left are in none of them, nor in any
+            # window to come (each window of an item's time is made when it comes)
+            starts: dict[str | None, int] = {}
+            for pane in self.panes.values():
+                starts[pane.key] = min(pane.start, starts.get(pane.key, pane.start))
+            for key in {key for _, key in gone}:
+                self.items.forget(key, starts.get(key))
         if isinstance(self.spec, CountWindow):
             # a window still to come (at clock − lateness or later) reaches back N items
             reach = count_window(self.kept, clock - self.lateness, self.spec.size)
@@ -300,26 +324,22 @@ class LateWindows:
     # -- the state as plain data (the Spark operator keeps it between micro-batches) --
 
     def dump(self) -> dict[str, Any]:
-        """The state as JSON values.  A periodic window's items are written once per key
-        (``items``), not once per window they are in (a sliding window's are in
-        several): a window holds exactly the items of its key within its bounds,
-        since an item enters every window of its time still kept when it arrives."""
-        periodic = not isinstance(self.spec, CountWindow | SessionWindow)
-        items: dict[str | None, set[Entry]] = {}
+        """The state as JSON values, but for a periodic window's items: those go to
+        their slice store (:meth:`Slices.flush`), and the state says which slices
+        each key has."""
         panes = []
         for (n, key), p in self.panes.items():
-            if periodic:
-                items.setdefault(key, set()).update(p.entries)
-            entries = [] if periodic else _plain(sorted(p.entries))
+            entries = plain_entries(sorted(p.entries))
             panes.append([n, key, p.start, p.end, entries, p.closed, p.touched])
         data: dict[str, Any] = {
             "clock": self.clock,
             "panes": panes,
             "published": [[end, key, d, n] for (end, key), (d, n) in self.published.items()],
-            "kept": _plain(self.kept),
+            "kept": plain_entries(self.kept),
         }
-        if periodic:
-            data["items"] = [[key, _plain(sorted(found))] for key, found in items.items()]
+        if self.items is not None:
+            self.items.flush()
+            data["slices"] = self.items.dump()
         return data
 
     @classmethod
@@ -329,33 +349,25 @@ class LateWindows:
         lateness: int,
         report: Report,
         data: dict[str, Any] | None,
+        slices: SliceMap | None = None,
     ) -> LateWindows:
+        """The state :meth:`dump` saved; ``slices``: where a periodic window's items
+        are (the operator's own, kept beside the state)."""
         state = cls(spec, lateness, report)
+        if state.items is not None:
+            held = data.get("slices", ()) if data else ()
+            store = MemorySlices() if slices is None else slices
+            state.items = Slices.load(state.items.width, store, held)
         if not data:
             return state
         state.clock = data["clock"]
         make = Entry._make
-        shared = {key: list(map(make, found)) for key, found in data.get("items", ())}
         for n, key, start, end, entries, closed, touched in data["panes"]:
-            if "items" in data:  # (a state saved before items were written once: entries)
-                mine = shared.get(key, [])
-                low = bisect_left(mine, start, key=_entry_time)
-                found = set(mine[low : bisect_right(mine, end, key=_entry_time)])
-            else:
-                found = set(map(make, entries))
+            found = set(map(make, entries))
             state.panes[(n, key)] = Pane(start, end, key, found, closed, touched)
         state.published = {(end, key): (d, n) for end, key, d, n in data["published"]}
         state.kept = list(map(make, data.get("kept", ())))
         return state
-
-
-def _entry_time(entry: Entry) -> int:
-    return entry.ts
-
-
-def _plain(entries: Iterable[Entry]) -> list[tuple[int, int, str]]:
-    """Entries as plain tuples (orjson writes no named tuple)."""
-    return list(map(tuple.__new__, repeat(tuple), entries))
 
 
 def _pane_order(pane: PaneId) -> tuple[int, str]:

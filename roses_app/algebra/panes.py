@@ -5,8 +5,9 @@ there: an item's windows follow from its time alone)."""
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import NamedTuple
 
 from roses_app.algebra.plan import CountWindow, SessionWindow
@@ -22,6 +23,11 @@ class Entry(NamedTuple):
     ts: int
     seq: int
     item: str
+
+
+def plain_entries(entries: Iterable[Entry]) -> list[tuple[int, int, str]]:
+    """Entries as plain tuples (orjson writes no named tuple)."""
+    return list(map(tuple.__new__, repeat(tuple), entries))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ Spark's own operators cannot do that (append mode publishes a window once, after
 lateness; update mode publishes every touched key again, changed or not), so one
 ``transformWithStateInPandas`` operator runs it: all rows under one constant key, its
 state the windows kept, the clock and a digest of each published result, as JSON in
-one value state.
+one value state, and a periodic window's items in a map state of time slices
+(:mod:`roses_app.algebra.slices`): a micro-batch writes the items it adds, and reads
+the slices of the windows it computes, not every item kept.
 
 Input rows come from the frontier log: ``ts`` is the ingest time (the arrival, which
 also drives the query's watermark, in order), ``event`` the item's publication time
@@ -31,7 +33,7 @@ from pyspark import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.streaming.stateful_processor import TimerValues
+from pyspark.sql.streaming.stateful_processor import MapState, TimerValues
 
 from roses_app.algebra.eventtime import LateSpec, late_windowed
 from roses_app.algebra.lateness import (
@@ -41,13 +43,18 @@ from roses_app.algebra.lateness import (
     arrival_groups,
     tally_key,
 )
+from roses_app.algebra.panes import Entry, plain_entries
 from roses_app.algebra.plan import Aggregate, GroupBy, Node
+from roses_app.algebra.slices import ChunkId
 from roses_app.spark import udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
 KEY = "late_key"
 STATE = "windows"
 STATE_DDL = "state STRING"
+SLICES = "slices"
+SLICE_KEY_DDL = "key STRING, slice BIGINT, chunk INT"  # γ's key as JSON (null: α)
+SLICE_DDL = "entries STRING"
 OUTPUT_DDL = "ts BIGINT, seq BIGINT, item STRING, time TIMESTAMP, part STRING"
 
 
@@ -105,13 +112,18 @@ class LateProcessor(JsonStateProcessor):
         self.node = node
         self.spec = spec
 
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.slices = StateSlices(handle.getMapState(SLICES, SLICE_KEY_DDL, SLICE_DDL))
+
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         from roses_app.xmlfn.reduce import advance_windows
 
         node = self.node
-        windows = LateWindows.load(self.spec, node.lateness, node.report, self.load_state())
+        state = self.load_state()
+        windows = LateWindows.load(self.spec, node.lateness, node.report, state, self.slices)
         groups = arrival_groups(read_arrivals(rows, "key" if isinstance(node, GroupBy) else None))
         planned, settled, published = advance_windows(
             windows, groups, node.reduce, self.namespaces, node.stream, self.on_error
@@ -126,6 +138,28 @@ class LateProcessor(JsonStateProcessor):
             out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
         if out:
             yield output_frame(out)
+
+
+class StateSlices:
+    """A :class:`~roses_app.algebra.slices.SliceMap` in the operator's map state."""
+
+    def __init__(self, state: MapState) -> None:
+        self.state = state
+
+    @staticmethod
+    def _key(chunk: ChunkId) -> tuple[str, int, int]:
+        return orjson.dumps(chunk[0]).decode(), chunk[1], chunk[2]
+
+    def get(self, chunk: ChunkId) -> list[Entry] | None:
+        found = self.state.getValue(self._key(chunk))
+        return None if found is None else list(map(Entry._make, orjson.loads(found[0])))
+
+    def put(self, chunk: ChunkId, entries: list[Entry]) -> None:
+        text = orjson.dumps(plain_entries(entries)).decode()
+        self.state.updateValue(self._key(chunk), (text,))
+
+    def remove(self, chunk: ChunkId) -> None:
+        self.state.removeKey(self._key(chunk))
 
 
 def read_arrivals(frames: Iterator[pd.DataFrame], key: str | None) -> list[tuple[int, Arrival]]:

@@ -40,8 +40,9 @@ GENERATION_PREFIX = "gen-"
 PLANS_FILE = "plans.pickle"
 # How a generation's plans become Spark operators.  A checkpoint holds the state of
 # the operators it was started with, so a generation saved under another version is
-# started again (2: each head once, the stateless tails fused).
-LOWERING = 2
+# started again (2: each head once, the stateless tails fused; 3: a periodic late
+# window's items in a map state of slices).
+LOWERING = 3
 
 
 class Ledger(Protocol):

@@ -80,16 +80,21 @@ class _Masker:
         self.pos += 1
         self.operand_end = True
 
+    def enclosed(self, start: int, opener: int) -> int:
+        """Blank the literal text from ``start``, then scan the enclosed expression
+        after its ``opener`` characters up to its ``}``; where literal text goes on."""
+        self.blank(start, self.pos)
+        self.pos += opener
+        self.code("}")
+        return self.pos
+
     def string_constructor(self) -> None:
         """``` ``[ ... `{ expr }` ... ]`` ```"""
         start = self.pos
         self.pos += 3
         while self.pos < len(self.text) and not self.startswith("]``"):
             if self.startswith("`{"):
-                self.blank(start, self.pos)
-                self.pos += 2
-                self.code("}")
-                start = self.pos
+                start = self.enclosed(start, 2)
             else:
                 self.pos += 1
         self.pos = min(self.pos + 3, len(self.text))
@@ -187,10 +192,7 @@ class _Masker:
                 self.pos += 1
                 break
             elif self.text[self.pos] == "{":
-                self.blank(start, self.pos)
-                self.pos += 1
-                self.code("}")
-                start = self.pos
+                start = self.enclosed(start, 1)
             else:
                 self.pos += 1
         self.blank(start, self.pos)
@@ -216,10 +218,7 @@ class _Masker:
             elif self.startswith("{{") or self.startswith("}}"):
                 self.pos += 2
             elif self.startswith("{"):
-                self.blank(start, self.pos)
-                self.pos += 1
-                self.code("}")
-                start = self.pos
+                start = self.enclosed(start, 1)
             else:
                 self.pos += 1
         self.blank(start, self.pos)
