@@ -22,6 +22,7 @@ from roses_app.algebra.latejoin import (
     LEFT,
     RIGHT,
     LateJoin,
+    join_keyed,
     join_kind,
     on_time,
     pairs_at,
@@ -32,7 +33,7 @@ from roses_app.algebra.plan import Join, Node, Source, Stream, TimeWindow, optim
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError
-from roses_app.xmlfn.pairs import late_join_results
+from roses_app.xmlfn.pairs import advance_join, late_join_results
 
 
 def operator_results(plan: Node, events: list[RefInput], cuts: list[int]) -> set[tuple]:
@@ -58,9 +59,10 @@ def operator_results(plan: Node, events: list[RefInput], cuts: list[int]) -> set
     saved: dict[str, Any] | None = None
     found: set[tuple] = set()
     for start, end in itertools.pairwise(bounds):
-        kind = join_kind(plan)
-        join = LateJoin.load(sides[1], sides[3], plan.lateness, kind, saved, optimistic(plan))  # type: ignore[attr-defined]
-        planned = join.advance(groups[start:end])
+        kind, keyed = join_kind(plan), join_keyed(plan)  # type: ignore[arg-type]
+        lateness = plan.lateness  # type: ignore[attr-defined]
+        join = LateJoin.load(sides[1], sides[3], lateness, kind, saved, optimistic(plan), keyed)
+        planned = advance_join(plan, join, groups[start:end], ())  # type: ignore[arg-type]
         found.update(late_join_results(plan, join, planned, ())[0])  # type: ignore[arg-type]
         saved = json.loads(json.dumps(join.dump()))
     return found
@@ -243,3 +245,27 @@ def test_spark_keeps_the_join_between_micro_batches_and_counts_late_items(
         assert sorted(sink.collected[name].get("", [])) == parts[""], name
     late = {k: v for k, v in errors.value.items() if k.startswith("late:")}
     assert late == {f"late:{name}": 2 for name in ("pairs", "seen", "lonely", "all_wire")}
+
+
+def test_a_join_on_keys_meets_only_the_items_sharing_one_and_keeps_their_keys() -> None:
+    """``$i1/category = $i2/category``: an item meets the kept items with any of its
+    categories (the others are never tested), through a state saved as JSON."""
+    on = "$i1/category = $i2/category"
+    node = Join(Source("l", time="published"), Source("r", time="published"), "inner", on)
+    assert join_keyed(node)
+
+    def item(n: int, *categories: str) -> str:
+        tags = "".join(f"<category>{c}</category>" for c in categories)
+        return f"<item><guid>{n}</guid>{tags}</item>"
+
+    join = LateJoin.load(None, None, 100, "inner", None, keyed=True)
+    first = [[Arrival(5, 1, item(1, "sport"), RIGHT), Arrival(5, 2, item(2, "arts"), RIGHT)]]
+    assert advance_join(node, join, first, ()).pairs == []
+    saved = json.loads(json.dumps(join.dump()))
+    join = LateJoin.load(None, None, 100, "inner", saved, keyed=True)
+    second = [[Arrival(5, 3, item(3, "world", "arts", "sport"), LEFT)]]
+    planned = advance_join(node, join, second, ())
+    # both kept items share a category with it, and only they were candidates
+    assert [(a.seq, b.seq) for a, b in planned.pairs] == [(3, 1), (3, 2)]
+    third = [[Arrival(5, 4, item(4, "science"), LEFT)]]
+    assert advance_join(node, join, third, ()).pairs == []

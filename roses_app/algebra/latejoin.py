@@ -28,6 +28,11 @@ together, appends one after the other, both sides merged.  The rules:
   withdrawal notice with its guid (:func:`roses_app.xmlfn.stamp.withdrawn_item`).
 * **Kept.**  An item stays while an item of the other side that is not too late could
   still pair with it: until the clock passes its time plus its window's reach plus L.
+* **Keys.**  When ``on`` is ``$i1/PATH = $i2/PATH2 [and ...]``
+  (:mod:`roses_app.algebra.equikeys`) it holds only for items sharing a key value, so
+  an arriving item meets only the kept items of the other side with one of its keys
+  (a hash join, as over ingest time): the other pairs ``on`` would refuse are never
+  tested.  The keys of each item are kept with it.
 
 The reference evaluator filters the too-late items with :func:`on_time` and pairs the
 rest as in ingest time; the Spark operator (:mod:`roses_app.spark.latejoin`) runs
@@ -36,12 +41,13 @@ rest as in ingest time; the Spark operator (:mod:`roses_app.spark.latejoin`) run
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from roses_app.algebra.equikeys import equi_key
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Join, Node, TimeWindow
+from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow
 from roses_app.algebra.windows import call_bounds
 
 LEFT, RIGHT = "l", "r"  # an arrival's side, in Arrival.key
@@ -66,6 +72,11 @@ def decided(t: int, clock: int | None, lateness: int) -> bool:
     item's in its right window, a right item's in its left window: windows look back,
     so at most at ``t``): every item still on time is after it."""
     return clock is not None and t < clock - lateness
+
+
+def join_keyed(node: Join | Semijoin | Diff) -> bool:
+    """Whether ``node``'s ``on`` holds only for items sharing a key (a hash join)."""
+    return equi_key(node.on) is not None
 
 
 def join_kind(node: Node) -> str:
@@ -155,41 +166,80 @@ class LateJoin:
     matched: set[Ident] = field(default_factory=set)
     settled: set[Ident] = field(default_factory=set)
     shown: set[Ident] = field(default_factory=set)  # published alone before being decided
+    keyed: bool = False  # ``on`` holds only for items sharing a key (see the module doc)
+    # with ``keyed``: each kept item's keys, in the order of ``kept``
+    keys: dict[str, list[tuple[str, ...]]] = field(default_factory=lambda: {LEFT: [], RIGHT: []})
+    _index: dict[str, dict[str, list[int]]] = field(default_factory=dict, repr=False)
 
     @property
     def both(self) -> bool:
         """A join: pairs are found from both sides."""
         return self.kind not in ("semijoin", "diff")
 
-    def advance(self, groups: Iterable[Sequence[Arrival]]) -> Planned:
+    def advance(
+        self,
+        groups: Iterable[Sequence[Arrival]],
+        keys_of: Callable[[Arrival], Sequence[str]] | None = None,
+    ) -> Planned:
         """Take arrivals in order: each item on time meets the other side's kept items
-        (a semijoin's or difference's left items that have a partner already are not
+        (with ``keyed``, those sharing one of its keys, which ``keys_of`` gives; a
+        semijoin's or difference's left items that have a partner already are not
         tested again)."""
+        assert keys_of is not None or not self.keyed, "a keyed join needs its items' keys"
         out = Planned()
         for group in groups:
             on, late, self.clock = split_late(self.clock, group, self.lateness)
             out.late += late
             for arrival in on:
-                met = self._meet(arrival)
+                keys = tuple(keys_of(arrival)) if keys_of is not None and self.keyed else ()
+                met = self._meet(arrival, keys)
                 out.pairs += met
                 out.left_last += [arrival.key != RIGHT] * len(met)
                 out.arrived.append(arrival)
-                self.kept[arrival.key or LEFT].append(arrival)
+                self._keep(arrival, keys)
         return out
 
-    def _meet(self, arrival: Arrival) -> list[tuple[Arrival, Arrival]]:
+    def _keep(self, arrival: Arrival, keys: tuple[str, ...]) -> None:
+        side = arrival.key or LEFT
+        self.kept[side].append(arrival)
+        if self.keyed:
+            self.keys[side].append(keys)
+            index = self._side_index(side)
+            for key in keys:
+                index.setdefault(key, []).append(len(self.kept[side]) - 1)
+
+    def _side_index(self, side: str) -> dict[str, list[int]]:
+        """Key -> the positions in ``kept[side]`` of the items with it."""
+        index = self._index.get(side)
+        if index is None:
+            index = self._index[side] = {}
+            for n, keys in enumerate(self.keys[side]):
+                for key in keys:
+                    index.setdefault(key, []).append(n)
+        return index
+
+    def _others(self, side: str, keys: tuple[str, ...]) -> list[Arrival]:
+        """The kept items of ``side`` an item with ``keys`` may pair with, in the order
+        they came: all, or (keyed) those sharing a key."""
+        kept = self.kept[side]
+        if not self.keyed:
+            return kept
+        index = self._side_index(side)
+        return [kept[n] for n in sorted({n for key in keys for n in index.get(key, ())})]
+
+    def _meet(self, arrival: Arrival, keys: tuple[str, ...]) -> list[tuple[Arrival, Arrival]]:
         once = not self.both  # one partner tells all
         if arrival.key == LEFT:
             if once and ident(arrival) in self.matched:
                 return []
             return [
                 (arrival, other)
-                for other in self.kept[RIGHT]
+                for other in self._others(RIGHT, keys)
                 if pairs_at(self.left, self.right, arrival.time, other.time, self.both)
             ]
         return [
             (other, arrival)
-            for other in self.kept[LEFT]
+            for other in self._others(LEFT, keys)
             if not (once and ident(other) in self.matched)
             and pairs_at(self.left, self.right, other.time, arrival.time, self.both)
         ]
@@ -264,14 +314,19 @@ class LateJoin:
         horizon = self.clock - self.lateness
         for side, spec in ((LEFT, self.left), (RIGHT, self.right)):
             width = reach(spec)
-            self.kept[side] = [a for a in self.kept[side] if a.time + width >= horizon]
+            stay = [a.time + width >= horizon for a in self.kept[side]]
+            self.kept[side] = [a for a, ok in zip(self.kept[side], stay, strict=True) if ok]
+            if self.keyed:
+                keys = self.keys[side]
+                self.keys[side] = [k for k, ok in zip(keys, stay, strict=True) if ok]
+        self._index = {}
         alive = {ident(a) for side in (LEFT, RIGHT) for a in self.kept[side]}
         self.matched &= alive
         self.settled &= alive
         self.shown &= alive
 
     def dump(self) -> dict[str, Any]:
-        return {
+        data = {
             "clock": self.clock,
             "kept": {
                 side: [[a.time, a.seq, a.item] for a in kept] for side, kept in self.kept.items()
@@ -280,6 +335,9 @@ class LateJoin:
             "settled": sorted(self.settled),
             "shown": sorted(self.shown),
         }
+        if self.keyed:
+            data["keys"] = {side: [list(k) for k in keys] for side, keys in self.keys.items()}
+        return data
 
     @classmethod
     def load(
@@ -290,9 +348,12 @@ class LateJoin:
         kind: str,
         saved: dict[str, Any] | None,
         optimistic: bool = False,
+        keyed: bool = False,
     ) -> LateJoin:
-        state = cls(left, right, lateness, kind, optimistic)
+        state = cls(left, right, lateness, kind, optimistic, keyed=keyed)
         if saved is not None:
+            if keyed:
+                state.keys = {side: list(map(tuple, k)) for side, k in saved["keys"].items()}
             state.clock = saved["clock"]
             state.kept = {
                 side: [Arrival(t, s, item, side) for t, s, item in rows]

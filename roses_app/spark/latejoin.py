@@ -6,10 +6,11 @@ which here would be the publication time: out of order by design, it would eithe
 hold the watermark back or drop items Spark deems late by its own rule.  So both
 sides' rows go, tagged with their side, to one operator under one constant key,
 whose state (:class:`~roses_app.algebra.latejoin.LateJoin`: the clock and the items
-kept) is JSON in one value state.  Each micro-batch's candidate pairs are tested with
-``on`` in one call, and a join's matches composed in one call.  Items later than the
-lateness are counted under ``late:STREAM``, the optimistic items taken back under
-``revised:STREAM``.
+kept, with their join keys) is JSON in one value state.  An item meets the kept items
+of the other side sharing a key when ``on`` has keys; each micro-batch's candidate
+pairs are tested with ``on`` in one call, and a join's matches composed in one call.
+Items later than the lateness are counted under ``late:STREAM``, the optimistic items
+taken back under ``revised:STREAM``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import JoinSides, late_joined
-from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_kind
+from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_keyed, join_kind
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.plan import Diff, Join, Semijoin, optimistic
 from roses_app.spark import udfs
@@ -58,12 +59,14 @@ class LateJoinProcessor(JsonStateProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        from roses_app.xmlfn.pairs import late_join_results
+        from roses_app.xmlfn.pairs import advance_join, late_join_results
 
         node = self.node
         saved = self.load_state()
-        join = LateJoin.load(*self.specs, node.lateness, join_kind(node), saved, optimistic(node))
-        planned = join.advance(arrival_groups(read_arrivals(rows, "side")))
+        kind, keyed = join_kind(node), join_keyed(node)
+        join = LateJoin.load(*self.specs, node.lateness, kind, saved, optimistic(node), keyed)
+        groups = arrival_groups(read_arrivals(rows, "side"))
+        planned = advance_join(node, join, groups, self.namespaces)
         out, revised = late_join_results(node, join, planned, self.namespaces, self.on_error)
         self.save_state(join.dump())
         self.tally(node.origin.stream, late=len(planned.late), revised=revised)

@@ -4,11 +4,12 @@ joins over publication time and the reference evaluator's joins call them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from lxml import etree
 
-from roses_app.algebra.latejoin import RIGHT, LateJoin, Planned
+from roses_app.algebra.equikeys import equi_key
+from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, Planned
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Diff, Join, Semijoin, XQuery
 from roses_app.items import item_identity
@@ -36,6 +37,31 @@ def compose_pairs(
     if combine is None:
         return [compose_items(a, b) for a, b in pairs]
     return combine_batch(combine, namespaces, list(pairs), on_error)
+
+
+def advance_join(
+    node: Join | Semijoin | Diff,
+    join: LateJoin,
+    groups: Sequence[Sequence[Arrival]],
+    namespaces: Namespaces,
+) -> Planned:
+    """``join.advance(groups)``, with the join key values of their items when ``on``
+    has keys (:attr:`LateJoin.keyed`), computed in one call per side."""
+    key = equi_key(node.on)
+    if not join.keyed or key is None:
+        return join.advance(groups)
+    from roses_app.xmlfn.keys import key_strings_batch
+
+    found: dict[int, list[str]] = {}
+    for side, path in ((LEFT, key.left), (RIGHT, key.right)):
+        mine = [a for a in _items(groups) if (a.key or LEFT) == side]
+        values = key_strings_batch(path, namespaces, [a.item for a in mine])
+        found.update(zip(map(id, mine), values, strict=True))
+    return join.advance(groups, lambda arrival: found[id(arrival)])
+
+
+def _items(groups: Iterable[Sequence[Arrival]]) -> Iterable[Arrival]:
+    return (a for group in groups for a in group if a.item is not None)
 
 
 def late_join_results(
