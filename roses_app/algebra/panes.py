@@ -110,13 +110,16 @@ def add_to_sessions(
     late: list[Arrival] = []
     merges: list[Merge] = []
     gap = spec.gap
+    by_key: dict[str | None, list[PaneId]] = {}  # a key's sessions (γ may have many keys)
+    for pid in panes:
+        by_key.setdefault(pid[1], []).append(pid)
     for arrival in group:
         if arrival.item is None:
             continue
+        mine = by_key.setdefault(arrival.key, [])
+        mine[:] = [pid for pid in mine if pid in panes]  # merged ones are gone
         near = sorted(
-            pid
-            for pid, pane in panes.items()
-            if pid[1] == arrival.key and pane.start - gap < arrival.time < pane.end + gap
+            pid for pid in mine if panes[pid].start - gap < arrival.time < panes[pid].end + gap
         )
         if not near:
             if past_lateness(arrival.time + gap, lateness, clock):  # a session of it alone
@@ -124,6 +127,7 @@ def add_to_sessions(
                 continue
             near = [(arrival.seq, arrival.key)]
             panes[near[0]] = Pane(arrival.time, arrival.time, arrival.key)
+            mine.append(near[0])
         into = panes[near[0]]
         for other in near[1:]:
             gone = panes.pop(other)
