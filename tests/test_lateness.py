@@ -306,15 +306,24 @@ def test_sessions_stay_apart_by_their_gap_and_hold_their_items(
     groups: list[list[Arrival]], gap: int, lateness: int
 ) -> None:
     windows = LateWindows(SessionWindow(gap), lateness)
+    assert windows.items is not None
     merged_away: set[int] = set()
+    taken: list[Arrival] = []  # the items not too late
     for group in groups:
         planned, settled = step(windows, [group])
         spans = sorted((p.start, p.end) for p in windows.panes.values())
         for (_, end), (start, _) in pairwise(spans):
             assert start - end >= gap  # else one item would have merged them
         for pane in windows.panes.values():
-            assert pane.entries and all(pane.start <= e.ts <= pane.end for e in pane.entries)
-            assert {pane.start, pane.end} <= {e.ts for e in pane.entries}
+            held = windows.items.between(pane.key, pane.start, pane.end)
+            assert {pane.start, pane.end} <= {e.ts for e in held}
+        taken += [a for a in group if a.item is not None and a not in planned.late]
+        # an item taken is in a session kept, or older than every one (purged)
+        starts = [p.start for p in windows.panes.values()]
+        for a in taken:
+            assert any(p.start <= a.time <= p.end for p in windows.panes.values()) or all(
+                a.time < start for start in starts
+            )
         merged_away |= {m.gone[0] for m in planned.merged}
         for e in settled.emissions:
             if e.merged_into is not None:  # a pointer, to a session that is still there

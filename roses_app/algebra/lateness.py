@@ -140,8 +140,8 @@ def digest(item: str) -> str:
 class LateWindows:
     """The state of one operator: the clock, the windows kept, and for each the digest
     of its last published result and how many it published (to tell a changed result
-    from an unchanged one, and to number revisions).  A periodic window's items are in
-    ``items`` (:mod:`roses_app.algebra.slices`), each once; a count or session
+    from an unchanged one, and to number revisions).  A periodic or session window's
+    items are in ``items`` (:mod:`roses_app.algebra.slices`), each once; a count
     window's in its panes."""
 
     spec: Refreshed | CountWindow | SessionWindow
@@ -153,14 +153,13 @@ class LateWindows:
     # a count window's items, as far back as a window still to come may reach (an
     # aggregate's only: a group's key would have to leave published windows)
     kept: list[Entry] = field(default_factory=list)
-    items: Slices | None = None  # a periodic window's
+    items: Slices | None = None  # a periodic or session window's
 
     def __post_init__(self) -> None:
-        if self.items is None and self._periodic():
-            self.items = Slices(slice_width(self.spec.period or 1))  # type: ignore[union-attr]
-
-    def _periodic(self) -> bool:
-        return not isinstance(self.spec, CountWindow | SessionWindow)
+        spec = self.spec
+        if self.items is None and not isinstance(spec, CountWindow):
+            span = spec.gap if isinstance(spec, SessionWindow) else spec.period or 1
+            self.items = Slices(slice_width(span))
 
     def plan(self, groups: Iterable[Sequence[Arrival]]) -> Planned:
         """Take each arrival group in order (each item alone with ``tick: item``): add
@@ -232,7 +231,10 @@ class LateWindows:
         if isinstance(spec, CountWindow):
             return add_counted(self.panes, self.kept, spec, self.lateness, self.clock, group)
         if isinstance(spec, SessionWindow):
-            gone, merges = add_to_sessions(self.panes, spec, self.lateness, self.clock, group)
+            assert self.items is not None
+            gone, merges = add_to_sessions(
+                self.panes, self.items, spec, self.lateness, self.clock, group
+            )
             merged.extend(merges)
             return gone
         late: list[Arrival] = []
@@ -276,7 +278,7 @@ class LateWindows:
             pane = self.panes[pane_id]
             pane.closed = pane.closed or closes_at(self.spec, pane) <= self.clock
             wanted = report.on_change or period or (report.on_close and pane.closed)
-            # a periodic window's pane exists once an item is in it
+            # a periodic or session window's pane exists once an item is in it
             if not (pane.touched and wanted and (sliced is not None or pane.entries)):
                 continue
             if sliced is not None:
@@ -308,7 +310,8 @@ class LateWindows:
             del self.panes[pane_id]
         if self.items is not None and gone:
             # a key's items before its windows left are in none of them, nor in any
-            # window to come (each window of an item's time is made when it comes)
+            # window to come (each window of an item's time is made when it comes; a
+            # session is purged before any later one of its key)
             starts: dict[str | None, int] = {}
             for pane in self.panes.values():
                 starts[pane.key] = min(pane.start, starts.get(pane.key, pane.start))

@@ -8,10 +8,13 @@ from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from roses_app.algebra.plan import CountWindow, SessionWindow
 from roses_app.algebra.windows import count_window
+
+if TYPE_CHECKING:
+    from roses_app.algebra.slices import Slices
 
 # a window: its inclusive end (a session: the seq of its first item), its key (None: α)
 PaneId = tuple[int, str | None]
@@ -97,6 +100,7 @@ class Merge:
 
 def add_to_sessions(
     panes: dict[PaneId, Pane],
+    items: Slices,
     spec: SessionWindow,
     lateness: int,
     clock: int | None,
@@ -132,14 +136,11 @@ def add_to_sessions(
         for other in near[1:]:
             gone = panes.pop(other)
             merges.append(Merge(other, near[0], gone.start, gone.end, arrival.seq))
-            into.entries |= gone.entries
             into.start, into.end = min(into.start, gone.start), max(into.end, gone.end)
-            into.touched = True
-        entry = Entry(arrival.time, arrival.seq, arrival.item)
-        if entry not in into.entries:
-            into.entries.add(entry)
-            into.start, into.end = min(into.start, entry.ts), max(into.end, entry.ts)
-            into.touched = True
+        # a session holds the items of its key in its span (spans never overlap)
+        items.add(arrival.key, Entry(arrival.time, arrival.seq, arrival.item))
+        into.start, into.end = min(into.start, arrival.time), max(into.end, arrival.time)
+        into.touched = True
     return late, merges
 
 

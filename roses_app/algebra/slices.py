@@ -1,11 +1,13 @@
-"""A periodic window's items in time slices, once per key (Scotty's slicing, seed 001).
+"""A periodic or session window's items in time slices, once per key (Scotty's
+slicing, seed 001).
 
-An aggregate or group over a periodic time window with an allowed lateness keeps the
-items of its windows until they are past the lateness (:mod:`roses_app.algebra.lateness`).
-A window holds exactly the items of its key within its bounds (an item enters every
-window of its time still kept when it arrives), so each item is kept once, in the
-slice of its time: ``time // width``, ``width`` the window's period, at most an hour.
-A window's items are those of the slices it spans, within its bounds.
+An aggregate or group over a periodic time window or a session window with an allowed
+lateness keeps the items of its windows until they are past the lateness
+(:mod:`roses_app.algebra.lateness`).  A window holds exactly the items of its key
+within its bounds (an item enters every window of its time still kept when it
+arrives; sessions of a key never overlap), so each item is kept once, in the slice of
+its time: ``time // width``, ``width`` the window's period (a session's gap), at most
+an hour.  A window's items are those of the slices it spans, within its bounds.
 
 A slice is kept in *chunks*: the items one micro-batch added to it are a new chunk,
 so that a micro-batch writes what it added (a late item too), not the slices it
@@ -53,9 +55,9 @@ class MemorySlices(dict[ChunkId, list[Entry]]):
         self.pop(chunk, None)
 
 
-def slice_width(period: int) -> int:
-    """The time a slice spans: the window's period, at most an hour."""
-    return max(1, min(period, HOUR))
+def slice_width(span: int) -> int:
+    """The time a slice spans: the window's period or gap, at most an hour."""
+    return max(1, min(span, HOUR))
 
 
 @dataclass
