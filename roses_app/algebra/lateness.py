@@ -327,7 +327,7 @@ class LateWindows:
     # -- the state as plain data (the Spark operator keeps it between micro-batches) --
 
     def dump(self) -> dict[str, Any]:
-        """The state as JSON values, but for a periodic window's items: those go to
+        """The state as JSON values, but for a periodic or session window's items: those go to
         their slice store (:meth:`Slices.flush`), and the state says which slices
         each key has."""
         panes = []
@@ -354,7 +354,7 @@ class LateWindows:
         data: dict[str, Any] | None,
         slices: SliceMap | None = None,
     ) -> LateWindows:
-        """The state :meth:`dump` saved; ``slices``: where a periodic window's items
+        """The state :meth:`dump` saved; ``slices``: where a periodic or session window's items
         are (the operator's own, kept beside the state)."""
         state = cls(spec, lateness, report)
         if state.items is not None:

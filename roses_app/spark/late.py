@@ -10,7 +10,7 @@ Spark's own operators cannot do that (append mode publishes a window once, after
 lateness; update mode publishes every touched key again, changed or not), so one
 ``transformWithStateInPandas`` operator runs it: all rows under one constant key, its
 state the windows kept, the clock and a digest of each published result, as JSON in
-one value state, and a periodic window's items in a map state of time slices
+one value state, and a periodic or session window's items in a map state of time slices
 (:mod:`roses_app.algebra.slices`): a micro-batch writes the items it adds, and reads
 the slices of the windows it computes, not every item kept.
 
