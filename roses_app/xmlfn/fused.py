@@ -113,6 +113,10 @@ class Compiled:
     # presearcher for all of them, each with the sources its input holds
     raw: Presearcher[int] | None = None
     raw_sources: dict[int, frozenset[str]] = field(default_factory=dict)
+    # those filters that are a program output read by no step -> that output's index:
+    # an item the presearcher accepts goes straight to the output (ten thousand
+    # subscriptions: no per-filter dict of rows is built and read back)
+    direct: dict[int, int] = field(default_factory=dict)
 
 
 _cache: dict[str, Compiled] = {}
@@ -151,12 +155,23 @@ def _compile(program: Program, presearch: bool) -> Compiled:
     if presearch:
         from roses_app.xmlfn.presearch import Presearcher
 
+        out.direct = _direct_outputs(program, out.raw_sources)
         if out.raw_sources:
             out.raw = Presearcher({f: program.steps[f].arg for f in out.raw_sources}, ns)
         for read, filters in readers.items():
             out.presearchers[read] = Presearcher({f: program.steps[f].arg for f in filters}, ns)
             out.searched[read] = filters
     return out
+
+
+def _direct_outputs(program: Program, raw: dict[int, frozenset[str]]) -> dict[int, int]:
+    """The filters of ``raw`` that are one program output and read by no step, with
+    the index of that output."""
+    read = {i for step in program.steps for i in step.inputs}
+    at: dict[int, list[int]] = {}
+    for index, (n, _) in enumerate(program.outputs):
+        at.setdefault(n, []).append(index)
+    return {n: at[n][0] for n in raw if n not in read and len(at.get(n, ())) == 1}
 
 
 def _pure_steps(program: Program) -> dict[int, frozenset[str]]:
@@ -188,6 +203,8 @@ class Run:
     # presearch results: filter step -> rows it accepted without evaluation / must evaluate
     accepted: dict[int, Values] = field(default_factory=dict)
     pending: dict[int, Values] = field(default_factory=dict)
+    # row -> the outputs of direct filters that accepted its loaded item
+    hits: dict[int, list[int]] = field(default_factory=dict)
     loaded: dict[int, tuple[str, Val]] = field(default_factory=dict)  # row -> source, item
 
     def load(
@@ -249,12 +266,19 @@ class Run:
         for f in filters:
             self.accepted[f] = {}
             self.pending[f] = {}
+        direct = self.code.direct if holds is not None else {}
         for row, source, val in items:
             accepted, candidates = searcher.match(val.element())
-            for found, into in ((accepted, self.accepted), (candidates, self.pending)):
-                for f in found:
-                    if holds is None or source in holds[f]:
-                        into[f].setdefault(row, []).append(val)
+            for f in accepted:
+                if holds is None or source in holds[f]:
+                    index = direct.get(f)
+                    if index is None:
+                        self.accepted[f].setdefault(row, []).append(val)
+                    else:
+                        self.hits.setdefault(row, []).append(index)
+            for f in candidates:
+                if holds is None or source in holds[f]:
+                    self.pending[f].setdefault(row, []).append(val)
 
     def _filter(self, n: int, step: Step, upstream: Values) -> None:
         read = step.inputs[0]
@@ -387,6 +411,11 @@ def _rows(
             named = ((r, "", v) for r, vals in run.values.get(n, {}).items() for v in vals)
         for row, part, val in named:
             found.setdefault((row, part, val.text(), val.ts), ([], val))[0].append(index)
+    for row, indexes in run.hits.items():  # the loaded item, at its ingest time
+        val = run.loaded[row][1]
+        outputs = found.setdefault((row, "", val.text(), val.ts), ([], val))[0]
+        outputs.extend(indexes)
+        outputs.sort()  # in the order of the program's outputs, as the others
     rows: list[Row] = [
         (outputs, part, ts[row] if when is None else when, seq[row], text, val.identity(), ts[row])
         for (row, part, text, when), (outputs, val) in found.items()
