@@ -41,8 +41,10 @@ rest as in ingest time; the Spark operator (:mod:`roses_app.spark.latejoin`) run
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from roses_app.algebra.equikeys import equi_key
@@ -131,11 +133,18 @@ def on_time(
     return kept, dropped, clock
 
 
-Ident = tuple[str, int, int, str]  # side, time, seq, item: one item of one side
+Ident = tuple[str, int, int, str]  # side, time, seq, item digest: one item of one side
 
 
 def ident(arrival: Arrival) -> Ident:
-    return (arrival.key or LEFT, arrival.time, arrival.seq, arrival.item or "")
+    return (arrival.key or LEFT, arrival.time, arrival.seq, _digest(arrival.item or ""))
+
+
+@lru_cache(maxsize=1 << 16)
+def _digest(item: str) -> str:
+    """An item's text in the sets of the state (saved each micro-batch) without the
+    text itself: two paths of a union may give one event two items."""
+    return hashlib.blake2b(item.encode(), digest_size=12).hexdigest()
 
 
 @dataclass
