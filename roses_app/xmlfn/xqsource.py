@@ -177,8 +177,46 @@ def build_wrapper(
     ``safe`` wrapper, which the caller then runs on the same batch, builds each result
     in memory first and checks it (a little slower), so that every error is caught.
     """
-    bindings = BINDINGS[kind]
-    bound = {name for name, _ in bindings}
+    bound = {name for name, _ in BINDINGS[kind]}
+    prolog = _prolog(module, bound, extra)
+    text = module.text
+    body_start = module.body_start
+    returned = _RETURN.match(module.masked, body_start)
+    per_item = _refers_to("\n".join(prolog.kept_code), tuple(sorted(bound)))
+    header, loop = _header_and_loop(kind, prolog, extra, per_item, safe)
+    body = text[body_start:]
+    if returned:
+        cut = returned.end() - body_start
+        body = _blanked(body, 0, cut) + body[cut:]
+    prefix = prolog.text + text[prolog.end : body_start]
+    inserted = " ".join(header) + " " + loop
+    line = prefix.count("\n") + 1
+    column = len(prefix) - (prefix.rfind("\n") + 1) + 1
+    return Wrapper(
+        prefix + inserted + body + _footer(safe),
+        per_item,
+        text.count("\n") + 1,
+        tuple(extra),
+        line,
+        column,
+        len(inserted),
+    )
+
+
+@dataclass(frozen=True)
+class _Prolog:
+    """The user's prolog as the wrapper keeps it: its text up to ``end`` with the bound
+    variables' declarations and the output options blanked, the bound variables'
+    declared types, the extra variables it declares, and the code it keeps."""
+
+    text: str
+    end: int
+    types: dict[str, str]
+    declared_extra: frozenset[str]
+    kept_code: tuple[str, ...]
+
+
+def _prolog(module: Module, bound: set[str], extra: tuple[str, ...]) -> _Prolog:
     text = module.text
     parts: list[str] = []
     types: dict[str, str] = {}
@@ -198,11 +236,15 @@ def build_wrapper(
             parts.append(text[st.start : st.end])
             kept_code.append(module.masked[st.start : st.end])
         pos = st.end
-    body_start = module.body_start
-    returned = _RETURN.match(module.masked, body_start)
-    parts.append(text[pos:body_start])
-    per_item = _refers_to("\n".join(kept_code), tuple(sorted(bound)))
+    return _Prolog("".join(parts), pos, types, frozenset(declared_extra), tuple(kept_code))
 
+
+def _header_and_loop(
+    kind: str, prolog: _Prolog, extra: tuple[str, ...], per_item: bool, safe: bool
+) -> tuple[list[str], str]:
+    """The wrapper's declarations (on the line of the prolog's end) and the start of
+    its loop over the batch's units, which binds the variables."""
+    bindings = BINDINGS[kind]
     ser = "Q{http://www.w3.org/2010/xslt-xquery-serialization}"
     header = [
         f"declare variable {BATCH_VAR} external;",
@@ -210,10 +252,10 @@ def build_wrapper(
         f'declare option {ser}omit-xml-declaration "yes";',
         f'declare option {ser}indent "no";',
     ]
-    header += [f"declare variable ${n} external;" for n in extra if n not in declared_extra]
+    header += [f"declare variable ${n} external;" for n in extra if n not in prolog.declared_extra]
 
     def typed(name: str) -> str:
-        return f" as {types[name]}" if types.get(name) else ""
+        return f" as {prolog.types[name]}" if prolog.types.get(name) else ""
 
     unit = f"$Q{{{ROSES_NS}}}u"
     result = f"$Q{{{ROSES_NS}}}r"
@@ -224,14 +266,15 @@ def build_wrapper(
             f"declare variable ${name}{typed(name)} := {BATCH_VAR}/*/*/{path};"
             for name, path in bindings
         ]
-        loop = f"ordered {{ (try {{ {start if safe else start.removeprefix('return ')}"
-    else:
-        lets = " ".join(f"let ${name}{typed(name)} := {unit}/{path}" for name, path in bindings)
-        loop = f"ordered {{ for {unit} in {BATCH_VAR}/*/* return (try {{ {lets} {start}"
-    body = text[body_start:]
-    if returned:
-        cut = returned.end() - body_start
-        body = _blanked(body, 0, cut) + body[cut:]
+        return header, f"ordered {{ (try {{ {start if safe else start.removeprefix('return ')}"
+    lets = " ".join(f"let ${name}{typed(name)} := {unit}/{path}" for name, path in bindings)
+    return header, f"ordered {{ for {unit} in {BATCH_VAR}/*/* return (try {{ {lets} {start}"
+
+
+def _footer(safe: bool) -> str:
+    """The wrapper's end, on a line of its own: the result check, the error marker of
+    a failing unit, and the separator after each unit's output."""
+    result = f"$Q{{{ROSES_NS}}}r"
     # ``treat as`` checks the result without building it in memory (``instance of``
     # on a variable would); its XPDY0050, on the footer line, is the caller's cue.
     catch = (
@@ -246,17 +289,4 @@ def build_wrapper(
         )
     else:
         check = f") {check})"
-    footer = f"\n{check} }} catch * {{ {catch} }}, {SEPARATOR}) }}\n"
-    prefix = "".join(parts)
-    inserted = " ".join(header) + " " + loop
-    line = prefix.count("\n") + 1
-    column = len(prefix) - (prefix.rfind("\n") + 1) + 1
-    return Wrapper(
-        prefix + inserted + body + footer,
-        per_item,
-        text.count("\n") + 1,
-        tuple(extra),
-        line,
-        column,
-        len(inserted),
-    )
+    return f"\n{check} }} catch * {{ {catch} }}, {SEPARATOR}) }}\n"
