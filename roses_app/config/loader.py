@@ -8,7 +8,8 @@ references, cycles, XPath syntax) and builds each stream's logical plan
 :class:`~roses_app.errors.ConfigError` holding all of them, each a
 :class:`~roses_app.errors.ConfigProblem` (file, line, message) sorted by line.
 
-Mail sources (``mail:``) are read by :mod:`roses_app.config.mail`.
+``settings:`` is read by :mod:`roses_app.config.settings`, mail sources (``mail:``) by
+:mod:`roses_app.config.mail`.
 
 Relative paths (``data_dir``, ``file:`` feed URLs, maildir and mbox paths) resolve
 against the directory of the config file; ``file:`` URLs are stored absolute
@@ -18,7 +19,6 @@ against the directory of the config file; ``file:`` URLs are stored absolute
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -31,15 +31,13 @@ from roses_app.config.model import (
     Config,
     FeedSource,
     FetchSettings,
-    HttpSettings,
     Publish,
     Settings,
     SourceConfig,
-    SparkSettings,
     StreamConfig,
-    WebSubSettings,
 )
 from roses_app.config.opml import opml_sources
+from roses_app.config.settings import local_path, settings_section
 from roses_app.config.streams import (
     StreamPlanner,
     XPathChecker,
@@ -50,7 +48,6 @@ from roses_app.config.yamlmarks import Marked, describe, load
 from roses_app.errors import ConfigError, ConfigProblem
 
 TOP_KEYS = ("settings", "sources", "streams")
-_NCNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 def load_config(path: str | Path) -> Config:
@@ -111,7 +108,7 @@ def parse_config(
     # an empty section (``streams:`` with nothing after it) is an empty mapping
     section = {key: top.get(key) for key in TOP_KEYS}
     section = {k: v if v is not None and v.value is not None else None for k, v in section.items()}
-    settings = _settings(problems, section["settings"], base_dir)
+    settings = settings_section(problems, section["settings"], base_dir)
     sources, declared = _sources(problems, section["sources"], base_dir, settings.fetch)
     streams = _streams(
         problems, file, section["streams"], declared, sources, settings, xpath_checker
@@ -133,115 +130,6 @@ def format_problems(problems: Iterable[ConfigProblem]) -> str:
 
 
 # -- settings ------------------------------------------------------------------------------
-
-
-def _settings(problems: Problems, node: Marked | None, base_dir: Path) -> Settings:
-    d = Settings()
-    s = Section(
-        problems,
-        node,
-        "settings",
-        optional=(
-            "data_dir",
-            "http",
-            "spark",
-            "fetch",
-            "namespaces",
-            "lateness",
-            "max_future",
-            "spool",
-            "websub",
-        ),
-    )
-
-    data_dir = s.string("data_dir", None)
-    data_path = _local_path(data_dir if data_dir is not None else str(d.data_dir), base_dir)
-
-    h = s.section("http", optional=("host", "port", "base_url"))
-    base_url = h.string("base_url", None)
-    if base_url is not None and not _is_http_url(base_url):
-        problems.add(
-            h.values["base_url"].line,
-            f"settings.http.base_url must be an http:// or https:// URL, got {base_url!r}",
-        )
-        base_url = None
-    http = HttpSettings(
-        host=h.string("host", d.http.host),
-        port=h.integer("port", d.http.port, minimum=0, maximum=65535),
-        base_url=base_url,
-    )
-
-    sp = s.section("spark", optional=("master", "shuffle_partitions", "trigger", "conf"))
-    spark = SparkSettings(
-        master=sp.string("master", d.spark.master),
-        shuffle_partitions=sp.integer("shuffle_partitions", d.spark.shuffle_partitions, minimum=1),
-        trigger_seconds=sp.duration("trigger", d.spark.trigger_seconds),
-        conf=tuple((k, v) for k, v, _ in sp.string_map("conf")),
-    )
-
-    f = s.section("fetch", optional=("timeout", "max_bytes", "user_agent", "every", "max_backoff"))
-    fetch = FetchSettings(
-        timeout_seconds=f.duration("timeout", d.fetch.timeout_seconds),
-        max_bytes=f.size("max_bytes", d.fetch.max_bytes),
-        user_agent=f.string("user_agent", d.fetch.user_agent),
-        default_every_seconds=f.duration("every", d.fetch.default_every_seconds),
-        max_backoff_seconds=f.duration("max_backoff", d.fetch.max_backoff_seconds),
-    )
-
-    namespaces = []
-    for prefix, uri, line in s.string_map("namespaces"):
-        if not _NCNAME.fullmatch(prefix) or prefix.lower().startswith("xml"):
-            problems.add(
-                line,
-                f"invalid namespace prefix {prefix!r} in settings.namespaces "
-                "(use a name such as geo or media2, not starting with xml)",
-            )
-        elif not uri.strip():
-            problems.add(line, f"settings.namespaces.{prefix} must be a namespace URI, not empty")
-        else:
-            namespaces.append((prefix, uri))
-
-    lateness = s.duration("lateness", 0.0, positive=False)
-    max_future = s.duration("max_future", d.max_future / 1_000_000)
-    spool_section = s.section("spool", optional=("compact_every",))
-    compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
-    websub = _websub(problems, s.section("websub", optional=("external_hub", "lease")), d)
-    return Settings(
-        data_dir=data_path,
-        http=http,
-        spark=spark,
-        fetch=fetch,
-        namespaces=tuple(namespaces),
-        lateness=round(lateness * 1_000_000),
-        max_future=round(max_future * 1_000_000),
-        compact_every_seconds=compact_every,
-        websub=websub,
-    )
-
-
-def _websub(problems: Problems, w: Section, d: Settings) -> WebSubSettings:
-    hub = w.string("external_hub", None)
-    if hub is not None and not _is_http_url(hub):
-        problems.add(
-            w.values["external_hub"].line,
-            f"settings.websub.external_hub must be an http:// or https:// URL, got {hub!r}",
-        )
-        hub = None
-    return WebSubSettings(
-        external_hub=hub, lease_seconds=w.duration("lease", d.websub.lease_seconds)
-    )
-
-
-def _local_path(text: str, base_dir: Path) -> Path:
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
-    return Path(os.path.normpath(path))
-
-
-def _is_http_url(text: str) -> bool:
-    parts = urlsplit(text)
-    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
 
 
 # -- sources -------------------------------------------------------------------------------
@@ -366,7 +254,7 @@ def feed_url(text: str, base_dir: Path) -> str:
         local = unquote(parts.path)
         if not local:
             raise ValueError(f"{text!r} names no file (write e.g. file:feeds/sample.xml)")
-        return _local_path(local, base_dir).as_uri()
+        return local_path(local, base_dir).as_uri()
     raise ValueError(f"a feed URL must start with http://, https:// or file:, got {text!r}")
 
 

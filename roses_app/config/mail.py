@@ -17,7 +17,6 @@ message.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import cast
@@ -25,6 +24,7 @@ from typing import cast
 from roses_app.algebra.plan import Origin
 from roses_app.config.fields import Problems, Section, listing
 from roses_app.config.model import ImapSecurity, ImapSettings, MailKind, MailSource, SmtpSettings
+from roses_app.config.settings import local_path
 from roses_app.config.yamlmarks import Marked, describe
 
 MAIL_KINDS: tuple[MailKind, ...] = ("imap", "maildir", "mbox", "smtp")
@@ -92,7 +92,7 @@ def mail_source(
         path = m.string(kind, None)
         if path is None:
             return None
-        return MailSource(name, kind, every, path=_local_path(path, base_dir), origin=origin)
+        return MailSource(name, kind, every, path=local_path(path, base_dir), origin=origin)
 
     if kind == "imap":
         imap, imap_every = _imap(problems, f"{what}.mail.imap", node, m.key_line("imap"))
@@ -224,10 +224,3 @@ def _smtp(problems: Problems, what: str, node: Marked, line: int) -> SmtpSetting
     if len(problems) > n_problems:
         return None
     return SmtpSettings(host=host, port=port, accept=tuple(accept))
-
-
-def _local_path(text: str, base_dir: Path) -> Path:
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
-    return Path(os.path.normpath(path))

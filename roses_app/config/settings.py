@@ -1,0 +1,137 @@
+"""The ``settings:`` section of feeds.yaml → :class:`~roses_app.config.model.Settings`
+(every mistake reported with its line), and the path and URL checks the other
+sections share."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from roses_app.config.fields import Problems, Section
+from roses_app.config.model import (
+    FetchSettings,
+    HttpSettings,
+    Settings,
+    SparkSettings,
+    WebSubSettings,
+)
+from roses_app.config.yamlmarks import Marked
+
+_NCNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def settings_section(problems: Problems, node: Marked | None, base_dir: Path) -> Settings:
+    d = Settings()
+    s = Section(
+        problems,
+        node,
+        "settings",
+        optional=(
+            "data_dir",
+            "http",
+            "spark",
+            "fetch",
+            "namespaces",
+            "lateness",
+            "max_future",
+            "spool",
+            "websub",
+        ),
+    )
+
+    data_dir = s.string("data_dir", None)
+    data_path = local_path(data_dir if data_dir is not None else str(d.data_dir), base_dir)
+
+    http = _http(problems, s.section("http", optional=("host", "port", "base_url")), d)
+    sp = s.section("spark", optional=("master", "shuffle_partitions", "trigger", "conf"))
+    spark = SparkSettings(
+        master=sp.string("master", d.spark.master),
+        shuffle_partitions=sp.integer("shuffle_partitions", d.spark.shuffle_partitions, minimum=1),
+        trigger_seconds=sp.duration("trigger", d.spark.trigger_seconds),
+        conf=tuple((k, v) for k, v, _ in sp.string_map("conf")),
+    )
+    f = s.section("fetch", optional=("timeout", "max_bytes", "user_agent", "every", "max_backoff"))
+    fetch = FetchSettings(
+        timeout_seconds=f.duration("timeout", d.fetch.timeout_seconds),
+        max_bytes=f.size("max_bytes", d.fetch.max_bytes),
+        user_agent=f.string("user_agent", d.fetch.user_agent),
+        default_every_seconds=f.duration("every", d.fetch.default_every_seconds),
+        max_backoff_seconds=f.duration("max_backoff", d.fetch.max_backoff_seconds),
+    )
+    namespaces = _namespaces(problems, s)
+    lateness = s.duration("lateness", 0.0, positive=False)
+    max_future = s.duration("max_future", d.max_future / 1_000_000)
+    spool_section = s.section("spool", optional=("compact_every",))
+    compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
+    websub = _websub(problems, s.section("websub", optional=("external_hub", "lease")), d)
+    return Settings(
+        data_dir=data_path,
+        http=http,
+        spark=spark,
+        fetch=fetch,
+        namespaces=namespaces,
+        lateness=round(lateness * 1_000_000),
+        max_future=round(max_future * 1_000_000),
+        compact_every_seconds=compact_every,
+        websub=websub,
+    )
+
+
+def _http(problems: Problems, h: Section, d: Settings) -> HttpSettings:
+    return HttpSettings(
+        host=h.string("host", d.http.host),
+        port=h.integer("port", d.http.port, minimum=0, maximum=65535),
+        base_url=_url(problems, h, "base_url", "settings.http"),
+    )
+
+
+def _url(problems: Problems, section: Section, key: str, where: str) -> str | None:
+    """An optional http:// or https:// URL (None: absent, or a mistake, reported)."""
+    url = section.string(key, None)
+    if url is not None and not is_http_url(url):
+        problems.add(
+            section.values[key].line,
+            f"{where}.{key} must be an http:// or https:// URL, got {url!r}",
+        )
+        return None
+    return url
+
+
+def _namespaces(problems: Problems, s: Section) -> tuple[tuple[str, str], ...]:
+    """settings.namespaces: prefix -> URI, each mistake told with its line."""
+    namespaces = []
+    for prefix, uri, line in s.string_map("namespaces"):
+        if not _NCNAME.fullmatch(prefix) or prefix.lower().startswith("xml"):
+            problems.add(
+                line,
+                f"invalid namespace prefix {prefix!r} in settings.namespaces "
+                "(use a name such as geo or media2, not starting with xml)",
+            )
+        elif not uri.strip():
+            problems.add(line, f"settings.namespaces.{prefix} must be a namespace URI, not empty")
+        else:
+            namespaces.append((prefix, uri))
+    return tuple(namespaces)
+
+
+def _websub(problems: Problems, w: Section, d: Settings) -> WebSubSettings:
+    hub = _url(problems, w, "external_hub", "settings.websub")
+    return WebSubSettings(
+        external_hub=hub, lease_seconds=w.duration("lease", d.websub.lease_seconds)
+    )
+
+
+def local_path(text: str, base_dir: Path) -> Path:
+    """A path of the config, relative to its folder, made absolute and normal."""
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    return Path(os.path.normpath(path))
+
+
+def is_http_url(text: str) -> bool:
+    """Whether ``text`` is an http:// or https:// URL with a host."""
+    parts = urlsplit(text)
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
