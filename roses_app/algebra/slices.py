@@ -68,13 +68,16 @@ class Slices:
     width: int
     store: SliceMap = field(default_factory=MemorySlices)
     held: dict[str | None, dict[int, list[int]]] = field(default_factory=dict)
-    _added: dict[tuple[str | None, int], list[Entry]] = field(default_factory=dict)
+    # per key, per slice: what was added since the last flush (the reference
+    # evaluator never flushes: its items stay here)
+    _added: dict[str | None, dict[int, list[Entry]]] = field(default_factory=dict)
     _read: dict[tuple[str | None, int], list[Entry]] = field(default_factory=dict)
     _gone: list[ChunkId] = field(default_factory=list)
 
     def add(self, key: str | None, entry: Entry) -> None:
         """Keep ``entry`` under ``key`` (see the module doc: once)."""
-        insort(self._added.setdefault((key, entry.ts // self.width), []), entry)
+        slices = self._added.setdefault(key, {})
+        insort(slices.setdefault(entry.ts // self.width, []), entry)
 
     def _slice(self, key: str | None, n: int) -> list[Entry]:
         """The entries of a slice, in order: its chunks and what was added since."""
@@ -82,14 +85,14 @@ class Slices:
         if found is None:
             chunks = [self.store.get((key, n, c)) or [] for c in self.held.get(key, {}).get(n, ())]
             found = self._read[key, n] = list(merge(*chunks))
-        added = self._added.get((key, n))
+        added = self._added.get(key, {}).get(n)
         return list(merge(found, added)) if added else found
 
     def between(self, key: str | None, low: int, high: int) -> list[Entry]:
         """The entries of ``key`` whose time is in [low, high], in order."""
         out: list[Entry] = []
         first, last = low // self.width, high // self.width
-        numbers = {*self.held.get(key, {}), *(n for k, n in self._added if k == key)}
+        numbers = {*self.held.get(key, {}), *self._added.get(key, {})}
         for n in sorted(numbers):
             if first <= n <= last:
                 entries = self._slice(key, n)
@@ -103,18 +106,21 @@ class Slices:
         for n in [n for n in slices if before is None or (n + 1) * self.width <= before]:
             self._gone += [(key, n, c) for c in slices.pop(n)]
             self._read.pop((key, n), None)
-        for k, n in [s for s in self._added if s[0] == key]:
-            if before is None or (n + 1) * self.width <= before:
-                del self._added[k, n]
+        added = self._added.get(key, {})
+        for n in [n for n in added if before is None or (n + 1) * self.width <= before]:
+            del added[n]
         if not slices:
             self.held.pop(key, None)
+        if not added:
+            self._added.pop(key, None)
 
     def flush(self) -> None:
         """Write what was added as new chunks (merging a slice's chunks once it has
         ``MAX_CHUNKS``) and remove the chunks of the slices forgotten."""
         for chunk in self._gone:
             self.store.remove(chunk)
-        for (key, n), added in sorted(self._added.items(), key=_order):
+        news = [((key, n), found) for key, mine in self._added.items() for n, found in mine.items()]
+        for (key, n), added in sorted(news, key=_order):
             chunks = self.held.setdefault(key, {}).setdefault(n, [])
             if len(chunks) + 1 < MAX_CHUNKS:
                 number = chunks[-1] + 1 if chunks else 0
