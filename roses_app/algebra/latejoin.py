@@ -178,7 +178,7 @@ class LateJoin:
     keyed: bool = False  # ``on`` holds only for items sharing a key (see the module doc)
     # with ``keyed``: each kept item's keys, in the order of ``kept``
     keys: dict[str, list[tuple[str, ...]]] = field(default_factory=lambda: {LEFT: [], RIGHT: []})
-    _index: dict[str, dict[str, list[int]]] = field(default_factory=dict, repr=False)
+    _index: dict[str, dict[str, list[int]]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def both(self) -> bool:
