@@ -323,13 +323,12 @@ def read_spool(
         after: Event | None = None
         try:
             files = spool_files(root)
-            skipped = _before(files, since) if since is not None else set()
-            for path in files:
+            firsts = _first_events(files) if since is not None else []
+            skipped = _before(files, firsts, since) if since is not None else set()
+            for path, first in zip(files, firsts or [None] * len(files), strict=True):
                 if path in skipped:
-                    if not found:  # the spool's first event
-                        first = next(iter(_first_events([path])), None)
-                        if first is not None:
-                            found[first.seq] = first
+                    if not found and first is not None:  # the spool's first event
+                        found[first.seq] = first
                     continue
                 for event in read_file(path):
                     if until is not None and event.ts > until:
@@ -344,13 +343,12 @@ def read_spool(
     raise SpoolError(f"the spool at {root} kept changing while read; try again")
 
 
-def _before(files: list[Path], since: int) -> set[Path]:
-    """The files (sorted by first seq) whose events are all before ``since``: each
-    event is no later than the first event of any file that starts after it (ingest
-    times grow with seq).  A plain file's seqs end before the next file's first seq,
-    a merged file's at the last seq its name gives; copies a merged file replaces
-    start where it does, so they bound nothing of it."""
-    firsts = _first_events(files)
+def _before(files: list[Path], firsts: list[Event | None], since: int) -> set[Path]:
+    """The files (sorted by first seq; ``firsts``: their first events) whose events
+    are all before ``since``: each event is no later than the first event of any file
+    that starts after it (ingest times grow with seq).  A plain file's seqs end before
+    the next file's first seq, a merged file's at the last seq its name gives; copies
+    a merged file replaces start where it does, so they bound nothing of it."""
     starts = [first_seq(path) for path in files]
     # the earliest first time among the files from each position on
     bound: list[int | None] = [None] * (len(files) + 1)
