@@ -36,14 +36,13 @@ micro-batch: the differential tests compare them.
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from roses_app.algebra.latejoin import decided, split_late
-from roses_app.algebra.panes import Arrival
+from roses_app.algebra.panes import Arrival, digest
 
 
 @dataclass(eq=False)
@@ -95,10 +94,6 @@ class Planned:
 class Settled:
     emissions: list[Emission]
     unchanged: int  # results computed again whose result had not changed
-
-
-def digest(result: str) -> str:
-    return hashlib.sha256(result.encode()).hexdigest()[:24]
 
 
 def emission(c: Computation, result: str, revision: int) -> Emission:

@@ -41,14 +41,12 @@ rest as in ingest time; the Spark operator (:mod:`roses_app.spark.latejoin`) run
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from roses_app.algebra.equikeys import equi_key
-from roses_app.algebra.panes import Arrival
+from roses_app.algebra.panes import Arrival, digest
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow
 from roses_app.algebra.windows import call_bounds
 
@@ -136,17 +134,6 @@ def on_time(
 Ident = tuple[str, int, int, str]  # side, time, seq, item digest: one item of one side
 
 
-def ident(arrival: Arrival) -> Ident:
-    return (arrival.key or LEFT, arrival.time, arrival.seq, _digest(arrival.item or ""))
-
-
-@lru_cache(maxsize=1 << 16)
-def _digest(item: str) -> str:
-    """An item's text in the sets of the state (saved each micro-batch) without the
-    text itself: two paths of a union may give one event two items."""
-    return hashlib.blake2b(item.encode(), digest_size=12).hexdigest()
-
-
 @dataclass
 class Planned:
     """What a batch of arrivals gives: the pairs to test (left, right), for each whether
@@ -179,6 +166,16 @@ class LateJoin:
     # with ``keyed``: each kept item's keys, in the order of ``kept``
     keys: dict[str, list[tuple[str, ...]]] = field(default_factory=lambda: {LEFT: [], RIGHT: []})
     _index: dict[str, dict[str, list[int]]] = field(default_factory=dict, repr=False, compare=False)
+    _digests: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def _ident(self, arrival: Arrival) -> Ident:
+        """The item's name in the state's sets (its text's digest, made once per
+        micro-batch: an operator names its items often)."""
+        item = arrival.item or ""
+        found = self._digests.get(item)
+        if found is None:
+            found = self._digests[item] = digest(item)
+        return (arrival.key or LEFT, arrival.time, arrival.seq, found)
 
     @property
     def both(self) -> bool:
@@ -239,7 +236,7 @@ class LateJoin:
     def _meet(self, arrival: Arrival, keys: tuple[str, ...]) -> list[tuple[Arrival, Arrival]]:
         once = not self.both  # one partner tells all
         if arrival.key == LEFT:
-            if once and ident(arrival) in self.matched:
+            if once and self._ident(arrival) in self.matched:
                 return []
             return [
                 (arrival, other)
@@ -249,7 +246,7 @@ class LateJoin:
         return [
             (other, arrival)
             for other in self._others(LEFT, keys)
-            if not (once and ident(other) in self.matched)
+            if not (once and self._ident(other) in self.matched)
             and pairs_at(self.left, self.right, other.time, arrival.time, self.both)
         ]
 
@@ -259,11 +256,11 @@ class LateJoin:
         its left window.  The left items that had none before, in order."""
         first: dict[Ident, Arrival] = {}
         for a, b in pairs:
-            if meets(self.right, a.time, b.time) and ident(a) not in self.matched:
-                self.matched.add(ident(a))
-                first[ident(a)] = a
+            if meets(self.right, a.time, b.time) and self._ident(a) not in self.matched:
+                self.matched.add(self._ident(a))
+                first[self._ident(a)] = a
             if self.kind in ("full", "product") and meets(self.left, b.time, a.time):
-                self.matched.add(ident(b))
+                self.matched.add(self._ident(b))
         return list(first.values())
 
     def partners(
@@ -287,16 +284,18 @@ class LateJoin:
         published now; and (item, partner) for each item published so that now has its
         first partner (``partners``: this batch's, in the order they were found)."""
         sides = alone_sides(self.kind)
-        preceded = {ident(item) for item, _, last in partners if last}
+        preceded = {self._ident(item) for item, _, last in partners if last}
         shown = [
             a
             for a in arrived
-            if (a.key or LEFT) in sides and ident(a) not in preceded and ident(a) not in self.shown
+            if (a.key or LEFT) in sides
+            and self._ident(a) not in preceded
+            and self._ident(a) not in self.shown
         ]
-        self.shown.update(map(ident, shown))
+        self.shown.update(map(self._ident, shown))
         taken: dict[Ident, tuple[Arrival, Arrival]] = {}
         for item, partner, _ in partners:
-            key = ident(item)
+            key = self._ident(item)
             if key in self.shown and key not in self.matched and key not in taken:
                 taken[key] = (item, partner)
         return shown, list(taken.values())
@@ -308,7 +307,7 @@ class LateJoin:
         out: list[Arrival] = []
         for side in alone_sides(self.kind):
             for arrival in self.kept[side]:
-                key = ident(arrival)
+                key = self._ident(arrival)
                 if key in self.settled or not decided(arrival.time, self.clock, self.lateness):
                     continue
                 self.settled.add(key)
@@ -329,7 +328,7 @@ class LateJoin:
                 keys = self.keys[side]
                 self.keys[side] = [k for k, ok in zip(keys, stay, strict=True) if ok]
         self._index = {}
-        alive = {ident(a) for side in (LEFT, RIGHT) for a in self.kept[side]}
+        alive = {self._ident(a) for side in (LEFT, RIGHT) for a in self.kept[side]}
         self.matched &= alive
         self.settled &= alive
         self.shown &= alive

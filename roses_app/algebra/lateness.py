@@ -36,7 +36,6 @@ publish the same results.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +49,7 @@ from roses_app.algebra.panes import (
     add_counted,
     add_to_sessions,
     closes_at,
+    digest,
     past_lateness,
     plain_entries,
 )
@@ -130,10 +130,6 @@ def split_tallies(counts: dict[str, int]) -> tuple[dict[str, int], dict[str, dic
         else:
             dropped[key] = count
     return dropped, tallies
-
-
-def digest(item: str) -> str:
-    return hashlib.sha256(item.encode("utf-8")).hexdigest()[:32]
 
 
 @dataclass

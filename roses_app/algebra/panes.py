@@ -4,6 +4,7 @@ there: an item's windows follow from its time alone)."""
 
 from __future__ import annotations
 
+import hashlib
 from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,12 @@ class Entry(NamedTuple):
     ts: int
     seq: int
     item: str
+
+
+def digest(text: str) -> str:
+    """An item's or a result's text in a state (saved each micro-batch) without the
+    text itself: to tell a changed result, or two items of one event, apart."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def plain_entries(entries: Iterable[Entry]) -> list[tuple[int, int, str]]:
