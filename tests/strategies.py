@@ -26,6 +26,7 @@ from roses_app.algebra.plan import (
     Window,
     WindowedGrouping,
     XQuery,
+    optimistic,
 )
 from roses_app.algebra.reference import RefInput
 
@@ -212,12 +213,12 @@ def late_sequential_plans() -> st.SearchStrategy[Node]:
 RUN = (Window, Delta, Nest)
 
 
-def released_chains() -> st.SearchStrategy[Node]:
-    """One or two windows, deltas or nests over a stateless plan in publication time,
-    or an aggregate or a group over a window of those (periodic, sliding or count):
-    runs of operators where one reads another's results, which
+def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchStrategy[Node]:
+    """One or two windows, deltas or nests over ``below`` (default: a stateless plan
+    in publication time), or an aggregate or a group over a window of those (periodic,
+    sliding or count): runs of operators where one reads another's results, which
     roses_app.algebra.release feeds as a whole."""
-    below = plans(max_leaves=2).map(published_time)
+    below = plans(max_leaves=2).map(published_time) if below is None else below
     kinds = st.sampled_from(("insert", "delete"))
 
     def step(inner: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
@@ -311,3 +312,9 @@ def late_join_plans() -> st.SearchStrategy[Node]:
         st.builds(Semijoin, below, join_inputs(below), predicates, lateness),
         st.builds(Diff, below, join_inputs(below), predicates, lateness, st.booleans()),
     )
+
+
+def settled_operators() -> st.SearchStrategy[Node]:
+    """A join, semijoin, difference or windowed grouping over publication time that
+    reports on close: its results are final when published."""
+    return (late_join_plans() | late_grouping_plans()).filter(lambda n: not optimistic(n))

@@ -38,6 +38,7 @@ from roses_app.algebra.plan import (
     Union,
     Window,
     WindowedGrouping,
+    optimistic,
 )
 
 STATELESS = (Source, Filter, Map, Union, Split)
@@ -114,6 +115,22 @@ def late_grouped(node: Node) -> Node | None:
     return node.input
 
 
+def settled(node: Node) -> bool:
+    """Whether ``node`` is an operator over publication time whose results are final
+    when published, and each at a time its clock has not yet decided: a join, a
+    semijoin, a difference or a windowed grouping reporting on close.  Its results
+    are then an out-of-order input like the items themselves, complete before
+    ``clock - lateness`` after each arrival (:func:`roses_app.algebra.release.fed_release`)."""
+    found = late_joined(node) is not None or late_grouped(node) is not None
+    return found and not optimistic(node)
+
+
+def released_input(below: Node) -> bool:
+    """Whether a released run may read ``below``: a stateless plan of items read in
+    publication time, or the results of a :func:`settled` operator."""
+    return (event_timed(below) and stateless(below)) or settled(below)
+
+
 # Operators that compute, at each time of their input, something of its items up to
 # then: released in time order, they run one after the other as over ingest time.
 CHAINED = (Window, Delta, Nest)
@@ -143,7 +160,8 @@ def window_delta_run(node: Node) -> tuple[Node, list[Window | Delta]]:
 
 def late_sequential(node: Node) -> Node | None:
     """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
-    stateless plan of items read in publication time, a run of windows, deltas and
+    stateless plan of items read in publication time, or over the results of a
+    :func:`settled` join or grouping, a run of windows, deltas and
     nests (in any order), or an aggregate or a group over such a run, over a window of
     it, or over the plan itself or a window of it where :func:`late_windowed` does not
     run it (a group over a count window, anything over a sliding window or over no
@@ -162,7 +180,7 @@ def late_sequential(node: Node) -> Node | None:
         below = chain_below(node)
     else:
         return None
-    if below is None or not event_timed(below) or not stateless(below):
+    if below is None or not released_input(below):
         return None
     return below
 
@@ -268,9 +286,10 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time, only these run for now: aggregates and groups over windows, joins, "
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
-                "nests over them, with an aggregate or a group on top (not an operator "
-                "reading the results of a join, a windowed grouping, or an aggregate or "
-                "group over a periodic or session window of them): read its sources "
-                "with time: ingest"
+                "nests over them or over the results of a join or a grouping reporting on "
+                "close, with an aggregate or a group on top (not an operator reading "
+                "optimistic results, the results of an aggregate or group over a periodic "
+                "or session window, or filtered or mapped results of an operator of time): "
+                "read its sources with time: ingest"
             ),
         )

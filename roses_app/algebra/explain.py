@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from roses_app.algebra.eventtime import late_sequential
+from roses_app.algebra.eventtime import late_sequential, settled
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
@@ -156,7 +156,13 @@ def describe(node: Node) -> str:
     if isinstance(node, Split):
         return f"Split Ψ by {node.by!r}"
     described = _describe_time_operator(node) or type(node).__name__
-    if late_sequential(node) is not None:
+    below = late_sequential(node)
+    if below is not None and settled(below):
+        described += (
+            f", on close: the results of {type(below).__name__} at step {below.origin.step}"
+            " released in time order once its lateness has passed"
+        )
+    elif below is not None:
         described += ", on close: items released in time order once the lateness has passed"
     return described
 

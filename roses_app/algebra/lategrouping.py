@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roses_app.algebra.latejoin import decided, split_late
+from roses_app.algebra.latejoin import decided, split_late, timely_heartbeats
 from roses_app.algebra.panes import Arrival, digest
 
 
@@ -88,6 +88,7 @@ class Planned:
     late: list[Arrival]  # items later than the lateness
     # the bucket entry of each computation (settled in place)
     entries: list[Bucketed] = field(default_factory=list)
+    heartbeats: list[Arrival] = field(default_factory=list)  # on time (timely_heartbeats)
 
 
 @dataclass
@@ -157,6 +158,7 @@ class LateGrouping:
         """Arrival groups, in order: the results to compute (then :meth:`settle`)."""
         planned = Planned([], [])
         for group in groups:
+            planned.heartbeats += timely_heartbeats(self.clock, group, self.lateness)
             on, late, self.clock = split_late(self.clock, group, self.lateness)
             planned.late += late
             marked: dict[str, set[Bucketed]] = {}

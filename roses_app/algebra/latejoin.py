@@ -116,19 +116,39 @@ def split_late(
     return on, late, clock
 
 
-def on_time(
-    groups: Iterable[Sequence[Arrival]], lateness: int
-) -> tuple[list[Arrival], list[Arrival], int | None]:
-    """The items of arrivals ``groups`` (in order) on time, those too late, and the
-    clock after the last."""
+def timely_heartbeats(clock: int | None, group: Sequence[Arrival], lateness: int) -> list[Arrival]:
+    """The heartbeats of one arrival not more than the lateness before ``clock`` (as it
+    stood before it): the times a released run sees come (one further behind would
+    say that a time already released has come)."""
+    return [a for a in group if a.item is None and (clock is None or a.time >= clock - lateness)]
+
+
+# The seq of a heartbeat row that tells an operator's clock after a micro-batch (on
+# Spark, to a released run over its results): not a time that came.
+CLOCK_SEQ = -1
+
+
+@dataclass
+class OnTime:
+    """Arrivals taken in order: the items on time, those too late, the clock after
+    the last, and the heartbeats on time."""
+
+    kept: list[Arrival] = field(default_factory=list)
+    late: list[Arrival] = field(default_factory=list)
     clock: int | None = None
-    kept: list[Arrival] = []
-    dropped: list[Arrival] = []
+    heartbeats: list[Arrival] = field(default_factory=list)
+
+
+def on_time(groups: Iterable[Sequence[Arrival]], lateness: int) -> OnTime:
+    """The items of arrivals ``groups`` (in order) on time, those too late, the clock
+    after the last, and the heartbeats on time."""
+    out = OnTime()
     for group in groups:
-        on, late, clock = split_late(clock, group, lateness)
-        kept += on
-        dropped += late
-    return kept, dropped, clock
+        out.heartbeats += timely_heartbeats(out.clock, group, lateness)
+        on, late, out.clock = split_late(out.clock, group, lateness)
+        out.kept += on
+        out.late += late
+    return out
 
 
 Ident = tuple[str, int, int, str]  # side, time, seq, item digest: one item of one side
@@ -138,12 +158,14 @@ Ident = tuple[str, int, int, str]  # side, time, seq, item digest: one item of o
 class Planned:
     """What a batch of arrivals gives: the pairs to test (left, right), for each whether
     its left item is the one that arrived last (it met the right one, kept), the
-    items on time in the order they were taken, and the items too late."""
+    items on time in the order they were taken, the items too late, and the
+    heartbeats on time."""
 
     pairs: list[tuple[Arrival, Arrival]] = field(default_factory=list)
     left_last: list[bool] = field(default_factory=list)
     arrived: list[Arrival] = field(default_factory=list)
     late: list[Arrival] = field(default_factory=list)
+    heartbeats: list[Arrival] = field(default_factory=list)  # on time (timely_heartbeats)
 
 
 @dataclass
@@ -194,6 +216,7 @@ class LateJoin:
         assert keys_of is not None or not self.keyed, "a keyed join needs its items' keys"
         out = Planned()
         for group in groups:
+            out.heartbeats += timely_heartbeats(self.clock, group, self.lateness)
             on, late, self.clock = split_late(self.clock, group, self.lateness)
             out.late += late
             for arrival in on:

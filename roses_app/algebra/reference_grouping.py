@@ -49,8 +49,10 @@ def late_grouping_events(node: WindowedGrouping, ctx: Context) -> list[RefEvent]
         if key is not None
     ]
     groups = arrival_groups(arrivals)
-    kept, late, clock = on_time(groups, node.lateness)
-    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in late]
+    taken = on_time(groups, node.lateness)
+    kept, clock = taken.kept, taken.clock
+    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in taken.late]
+    ctx.settled[node] = (clock, [RefEvent(a.time, a.seq, None) for a in taken.heartbeats])
     rank = {a: n for n, group in enumerate(groups) for a in group}
     computations: list[Computation] = []
     by_key: dict[str, list[Arrival]] = {}

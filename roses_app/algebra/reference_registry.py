@@ -81,6 +81,9 @@ class Context:
     # many results computed again had not changed (not published again)
     late: dict[Node, list[RefEvent]] = field(default_factory=dict)
     unchanged: dict[Node, int] = field(default_factory=dict)
+    # each join and grouping over publication time: its last clock and its heartbeats
+    # on time (what a released run over its results knows is decided, and sees pass)
+    settled: dict[Node, tuple[int | None, list[RefEvent]]] = field(default_factory=dict)
     _arrivals: dict[int, int] = field(default_factory=dict)
 
     def arrival(self, seq: int) -> int:

@@ -56,7 +56,7 @@ from roses_app.algebra.reference_registry import (
     run,
 )
 from roses_app.algebra.reference_release import released
-from roses_app.algebra.release import release_lateness
+from roses_app.algebra.release import fed_release, release_lateness
 from roses_app.algebra.windows import (
     call_bounds,
     count_window,
@@ -158,9 +158,11 @@ def _on_time_sides(
         for tag, events in sides
         for e in events
     ]
-    kept, late, clock = on_time(arrival_groups(arrivals), node.lateness)
-    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in late]
-    keep = set(kept)
+    taken = on_time(arrival_groups(arrivals), node.lateness)
+    clock = taken.clock
+    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in taken.late]
+    ctx.settled[node] = (clock, [RefEvent(a.time, a.seq, None) for a in taken.heartbeats])
+    keep = set(taken.kept)
     on_left, on_right = (
         [e for e in events if e.item is not None and Arrival(e.ts, e.seq, e.item, tag) in keep]
         for tag, events in sides
@@ -279,7 +281,13 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
     below = late_sequential(top)
     assert below is not None
     stop = top if stop is None else stop
-    events = released(run(below, ctx), ctx, release_lateness(top, ctx.lateness), top)
+    lateness = release_lateness(top, ctx.lateness)
+    if fed_release(top):  # what the operator's last clock decided, in order
+        results = items_only(run(below, ctx))
+        clock, beats = ctx.settled[below]
+        events = ordered({e for e in [*results, *beats] if decided(e.ts, clock, lateness)})
+    else:
+        events = released(run(below, ctx), ctx, lateness, top)
     if stop is below:
         return events
     for node in released_chain(top):

@@ -16,6 +16,16 @@ item still on time can come at or before t:
   which computes them as over ingest time.  Whatever the arrival order, what is
   released is in order, so results are final when published: no result is taken back.
 
+* **Fed by a settled operator.**  Over the results of a join, a semijoin, a
+  difference or a windowed grouping reporting on close
+  (:func:`~roses_app.algebra.eventtime.settled`), nothing is too late: that operator
+  dropped its late items, and it publishes a result final, at a time its clock had
+  not decided before that arrival.  So after each arrival its results before its
+  clock − its lateness are all there.  It tells its clock (a heartbeat at that time
+  after each micro-batch, on Spark); the release holds its results until that
+  horizon passes them and gives them out in time order (with the operator's
+  lateness, and no heartbeat: time passes for the run with the results).
+
 Both engines call :class:`Release`: the reference evaluator over the whole event list,
 the Spark operator (:mod:`roses_app.spark.latesequential`) micro-batch after
 micro-batch, its state saved in between.
@@ -26,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from roses_app.algebra.latejoin import split_late
+from roses_app.algebra.eventtime import late_sequential, settled
+from roses_app.algebra.latejoin import CLOCK_SEQ, split_late, timely_heartbeats
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Aggregate, GroupBy, Node
 
@@ -37,21 +48,36 @@ def release_order(arrival: Arrival) -> tuple[int, int, str]:
 
 
 def release_lateness(node: Node, settings_lateness: int) -> int:
-    """The lateness an operator over publication time is released with: an aggregate's
-    or a group's own (its ``lateness:``, which defaults to settings.lateness); delta,
-    nest and windows take none of their own."""
+    """The lateness an operator over publication time is released with: over a settled
+    operator, that operator's; else an aggregate's or a group's own (its
+    ``lateness:``, which defaults to settings.lateness); delta, nest and windows take
+    none of their own."""
+    below = late_sequential(node)
+    if below is not None and settled(below):
+        return below.lateness  # type: ignore[attr-defined]
     return node.lateness if isinstance(node, Aggregate | GroupBy) else settings_lateness
+
+
+def fed_release(node: Node) -> bool:
+    """Whether the release of ``node``'s run is fed by a settled operator."""
+    below = late_sequential(node)
+    return below is not None and settled(below)
 
 
 class Release:
     """The clock and the events held back of one operator."""
 
     def __init__(
-        self, lateness: int, clock: int | None = None, held: list[Arrival] | None = None
+        self,
+        lateness: int,
+        clock: int | None = None,
+        held: list[Arrival] | None = None,
+        fed: bool = False,
     ) -> None:
         self.lateness = lateness
         self.clock = clock
         self.held: list[Arrival] = held or []
+        self.fed = fed  # by a settled operator: nothing too late, no heartbeat held
 
     def advance(self, groups: Iterable[Sequence[Arrival]]) -> tuple[list[Arrival], list[Arrival]]:
         """Arrival groups, in order: the events released now (in order) and the items
@@ -59,14 +85,15 @@ class Release:
         late: list[Arrival] = []
         for group in groups:
             before = self.clock
+            if self.fed:  # results, heartbeats, and the clock (not a time that came)
+                times = [a.time for a in group] + ([] if before is None else [before])
+                self.clock = max(times, default=None)
+                self.held += [a for a in group if a.item is not None or a.seq != CLOCK_SEQ]
+                continue
+            self.held += timely_heartbeats(before, group, self.lateness)
             on, dropped, self.clock = split_late(before, group, self.lateness)
             late += dropped
             self.held += on
-            self.held += [
-                a
-                for a in group
-                if a.item is None and (before is None or a.time >= before - self.lateness)
-            ]
         if self.clock is None:
             return [], late
         horizon = self.clock - self.lateness
@@ -78,11 +105,11 @@ class Release:
         return {"clock": self.clock, "held": [[a.time, a.seq, a.item] for a in self.held]}
 
     @classmethod
-    def load(cls, lateness: int, saved: dict[str, Any] | None) -> Release:
+    def load(cls, lateness: int, saved: dict[str, Any] | None, fed: bool = False) -> Release:
         if saved is None:
-            return cls(lateness)
+            return cls(lateness, fed=fed)
         held = [Arrival(time, seq, item) for time, seq, item in saved["held"]]
-        return cls(lateness, saved["clock"], held)
+        return cls(lateness, saved["clock"], held, fed)
 
 
-__all__ = ["Release", "release_lateness", "release_order"]
+__all__ = ["Release", "fed_release", "release_lateness", "release_order"]

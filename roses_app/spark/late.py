@@ -24,7 +24,7 @@ with ``late: publish``); results computed again but unchanged under
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -36,6 +36,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import MapState, TimerValues
 
 from roses_app.algebra.eventtime import LateSpec, late_windowed
+from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import (
     LATE_PART,
     Arrival,
@@ -178,7 +179,21 @@ def read_arrivals(frames: Iterator[pd.DataFrame], key: str | None) -> list[tuple
     return out
 
 
-def output_frame(rows: list[tuple[int, int, str, str]]) -> pd.DataFrame:
+def with_clock(
+    rows: Sequence[tuple[int, int, str | None, str]],
+    heartbeats: Sequence[Arrival],
+    clock: int | None,
+) -> list[tuple[int, int, str | None, str]]:
+    """``rows``, the heartbeats on time and a heartbeat telling ``clock``: a released
+    run over a settled operator's results (:func:`~roses_app.algebra.release.fed_release`)
+    sees those times pass and learns which results are complete.  Every other reader
+    of the results drops heartbeats."""
+    out: list[tuple[int, int, str | None, str]] = [*rows]
+    out += dict.fromkeys((a.time, a.seq, None, "") for a in heartbeats)  # a join's 2 sides
+    return out if clock is None else [*out, (clock, CLOCK_SEQ, None, "")]
+
+
+def output_frame(rows: Sequence[tuple[int, int, str | None, str]]) -> pd.DataFrame:
     ts = pd.Series([r[0] for r in rows], dtype="int64")
     return pd.DataFrame(
         {

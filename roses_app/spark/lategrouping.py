@@ -33,6 +33,7 @@ from roses_app.spark.late import (
     output_frame,
     read_arrivals,
     timed_input,
+    with_clock,
 )
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
@@ -68,8 +69,10 @@ class LateGroupingProcessor(JsonStateProcessor):
         self.tally(
             node.stream, late=len(planned.late), unchanged=settled.unchanged, revised=revised
         )
-        if published:
-            yield output_frame([(e.time, e.at, item, "") for e, item in published])
+        found = [(e.time, e.at, item, "") for e, item in published]
+        results = with_clock(found, planned.heartbeats, grouping.clock)
+        if results:
+            yield output_frame(results)
 
 
 def late_grouping_frame(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:

@@ -35,6 +35,7 @@ from roses_app.spark.late import (
     output_frame,
     read_arrivals,
     timed_input,
+    with_clock,
 )
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
 
@@ -70,8 +71,10 @@ class LateJoinProcessor(JsonStateProcessor):
         out, revised = late_join_results(node, join, planned, self.namespaces, self.on_error)
         self.save_state(join.dump())
         self.tally(node.origin.stream, late=len(planned.late), revised=revised)
-        if out:
-            yield output_frame([(ts, seq, item, "") for ts, seq, item in out])
+        found = [(ts, seq, item, "") for ts, seq, item in out]
+        results = with_clock(found, planned.heartbeats, join.clock)
+        if results:
+            yield output_frame(results)
 
 
 def late_join_frame(node: Join | Semijoin | Diff, ctx: LowerContext) -> DataFrame:

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 from roses_app.algebra.eventtime import late_sequential, publishes_late, released_chain
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
 from roses_app.algebra.plan import Aggregate, Delta, GroupBy, Nest, Node, TimeWindow, Window
-from roses_app.algebra.release import Release, release_lateness
+from roses_app.algebra.release import Release, fed_release, release_lateness
 from roses_app.algebra.windows import closed_windows, open_after, periodic_input
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
@@ -41,7 +41,7 @@ from roses_app.spark.late import (
     read_arrivals,
     timed_input,
 )
-from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, register
+from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower, register
 from roses_app.spark.sequential import (
     Event,
     Memory,
@@ -170,12 +170,13 @@ class LateSequentialProcessor(JsonStateProcessor):
         self.stages = tuple(stages)
         self.lateness = lateness
         self.late_part = publishes_late(node)
+        self.fed = fed_release(node)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         saved = self.load_state() or {}
-        release = Release.load(self.lateness, saved.get("release"))
+        release = Release.load(self.lateness, saved.get("release"), self.fed)
         memory = load_memory(saved.get("memory"))
         released, late = release.advance(arrival_groups(read_arrivals(rows, None)))
         events = [Event(a.time, a.seq, a.item) for a in released]
@@ -228,7 +229,10 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     assert below is not None
     lateness = release_lateness(node, ctx.lateness)
     stages = released_stages(node, ctx)
-    frame = timed_input(node, below, ctx)
+    if fed_release(node):  # the operator's results, and a heartbeat at its clock
+        frame = lower(below, ctx).withColumn("event", F.lit(None).cast("bigint"))
+    else:
+        frame = timed_input(node, below, ctx)
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event")
     processor = LateSequentialProcessor(node, stages, lateness, ctx.on_error(node), ctx.errors)
     out = rows.groupBy(KEY).transformWithStateInPandas(

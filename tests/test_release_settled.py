@@ -1,0 +1,235 @@
+"""Released runs over the results of a join or a windowed grouping over publication
+time that reports on close (roses_app.algebra.release, "fed by a settled operator"):
+a window, a delta, a nest, or an aggregate or a group over them, reading those
+results.  The operator and the release, micro-batch after micro-batch with their
+state through JSON, give what the reference evaluator gives; Spark too; the config
+takes these plans and still refuses what no engine runs.  The
+``event_time_chained`` replay fixture runs both engines end to end."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import (
+    SPARK_EXAMPLES,
+    out_of_order_event_lists,
+    released_chains,
+    settled_operators,
+)
+from test_config import problems_in
+from test_differential import assert_engines_agree
+from test_lategrouping import arrivals_of
+from test_latejoin import join_arrivals
+
+from roses_app.algebra.eventtime import late_sequential, settled
+from roses_app.algebra.lategrouping import LateGrouping
+from roses_app.algebra.latejoin import LateJoin, join_keyed, join_kind
+from roses_app.algebra.lateness import arrival_groups
+from roses_app.algebra.panes import Arrival
+from roses_app.algebra.plan import Node, Stream, WindowedGrouping
+from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.release import Release, fed_release, release_lateness
+from roses_app.config import parse_config
+
+Row = tuple[int, int, str | None]
+
+
+def failed(item: str | None, exc: BaseException) -> None:
+    raise AssertionError(f"{item}: {exc}")
+
+
+def operator_batches(
+    below: Node, events: list[RefInput], cuts: list[int]
+) -> list[tuple[list[Row], list[Arrival], int | None]]:
+    """Per micro-batch cut at ``cuts``: what the settled operator publishes, its
+    heartbeats on time, and its clock after the batch (its state through JSON)."""
+    from roses_app.xmlfn.pairs import advance_join, late_join_results
+    from roses_app.xmlfn.reduce import advance_grouping
+
+    grouping = isinstance(below, WindowedGrouping)
+    groups = arrivals_of(below, events) if grouping else join_arrivals(below, events)
+    bounds = sorted({0, len(groups), *(c for c in cuts if c < len(groups))})
+    saved: dict[str, Any] | None = None
+    out: list[tuple[list[Row], list[Arrival], int | None]] = []
+    for start, end in itertools.pairwise(bounds):
+        lateness = below.lateness  # type: ignore[attr-defined]
+        if isinstance(below, WindowedGrouping):
+            state = LateGrouping.load(below.size, lateness, False, saved)
+            planned, _, published = advance_grouping(state, groups[start:end], below, ())
+            rows: list[Row] = [(e.time, e.at, item) for e, item in published]
+            beats = planned.heartbeats
+        else:
+            specs = late_specs(below)
+            kind, keyed = join_kind(below), join_keyed(below)  # type: ignore[arg-type]
+            state = LateJoin.load(*specs, lateness, kind, saved, False, keyed)
+            found = advance_join(below, state, groups[start:end], ())  # type: ignore[arg-type]
+            rows = list(late_join_results(below, state, found, ())[0])  # type: ignore[arg-type]
+            beats = found.heartbeats
+        out.append((rows, beats, state.clock))
+        saved = json.loads(json.dumps(state.dump()))
+    return out
+
+
+def late_specs(join: Node) -> tuple[Any, Any]:
+    from roses_app.algebra.eventtime import late_joined
+
+    sides = late_joined(join)
+    assert sides is not None
+    return sides[1], sides[3]
+
+
+def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list[Row]:
+    """The run's results when the settled operator below and the release run batch
+    after batch, as the two Spark operators do: each batch's results, heartbeats
+    and clock (a heartbeat at seq -1) go to the release, whose state goes through JSON."""
+    from roses_app.algebra.latejoin import CLOCK_SEQ
+    from roses_app.spark.latesequential import dump_memory, load_memory, released_stages
+    from roses_app.spark.sequential import Event, process
+
+    below = late_sequential(plan)
+    assert below is not None and settled(below) and fed_release(plan)
+    context = SimpleNamespace(namespaces=(), on_error=lambda node: failed)
+    stages = released_stages(plan, context)  # type: ignore[arg-type]
+    saved: dict[str, Any] = {}
+    published: list[Row] = []
+    for rows, beats, clock in operator_batches(below, events, cuts):
+        arrivals = [(t, Arrival(t, seq, item)) for t, seq, item in rows]
+        arrivals += [(a.time, Arrival(a.time, a.seq, None)) for a in beats]
+        if clock is not None:
+            arrivals.append((clock, Arrival(clock, CLOCK_SEQ, None)))
+        release = Release.load(release_lateness(plan, 0), saved.get("release"), fed=True)
+        memory = load_memory(saved.get("memory"))
+        out, late = release.advance(arrival_groups(arrivals))
+        assert late == []  # the operator dropped its late items: nothing is late here
+        found = process(stages, memory, [Event(a.time, a.seq, a.item) for a in out], 0, failed)
+        published += [(e.ts, e.seq, e.item) for e in found if e.item is not None]
+        saved = json.loads(json.dumps({"release": release.dump(), "memory": dump_memory(memory)}))
+    return published
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plan=released_chains(settled_operators()),
+    cuts=st.lists(st.integers(1, 30), max_size=4),
+)
+def test_a_run_over_settled_results_cut_into_micro_batches_equals_the_reference(
+    events: list[RefInput], plan: Node, cuts: list[int]
+) -> None:
+    expected = evaluate_streams([Stream("s", plan)], events)["s"][""]
+    assert sorted(chained_results(plan, events, cuts)) == sorted(tuple(e) for e in expected)
+
+
+def test_a_settled_result_waits_for_the_clock_and_comes_out_in_time_order() -> None:
+    """Results come out of order and nothing is too late; the clock heartbeat moves
+    the horizon without being released; a heartbeat that came is released."""
+    release = Release(5, fed=True)
+    out, late = release.advance([[Arrival(20, 4, "<item>b</item>"), Arrival(20, -1, None)]])
+    assert out == [] and late == []  # 20 is not 5 past 20
+    arrivals = [Arrival(12, 2, "<item>a</item>"), Arrival(26, 7, None), Arrival(30, -1, None)]
+    out, late = release.advance([arrivals])
+    assert [(a.time, a.item) for a in out] == [(12, "<item>a</item>"), (20, "<item>b</item>")]
+    assert late == []  # 12 is 18 before the clock: the operator had decided it was on time
+    out, _ = release.advance([[Arrival(40, -1, None)]])
+    assert [(a.time, a.seq, a.item) for a in out] == [(26, 7, None)]  # not the clocks
+
+
+HEAD = (
+    "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\n"
+    "  blog: {feed: 'http://example.org/blog', time: published}\nstreams:\n"
+    "  pairs:\n    join:\n      left: {window: {from: wire, time: 1h}}\n"
+    "      right: {window: {from: blog, time: 1h}}\n"
+    "      on: '$i1/category = $i2/category'\n      lateness: 2h\n"
+)
+
+
+def test_the_config_takes_operators_of_time_over_settled_results(tmp_path: Path) -> None:
+    config = parse_config(
+        HEAD
+        + "  hourly: {aggregate: {from: {window: {from: pairs, time: 1h, every: 1h}},"
+        + " reduce: '<item/>'}}\n"
+        + "  recent: {window: {from: pairs, count: 10}}\n"
+        + "  firsts: {grouping: {from: wire, by: string(category), window: 2, reduce: '<item/>'}}\n"
+        + "  new_firsts: {delta: {from: {window: {from: firsts, time: 1d}}}}\n",
+        tmp_path / "feeds.yaml",
+    )
+    for name in ("hourly", "recent", "new_firsts"):
+        plan = config.streams[name].plan
+        assert fed_release(plan), name
+        # released with the lateness of the operator below, which decides its results
+        assert release_lateness(plan, 0) == (7_200_000_000 if name != "new_firsts" else 0)
+
+
+@pytest.mark.parametrize(
+    ("stream", "step"),
+    [
+        # optimistic results are taken back: a run over them would see them twice
+        (
+            "  eager: {join: {left: wire, right: blog, kind: left, on: 'true()',"
+            " report: optimistic}}\n  later: {window: {from: eager, count: 3}}\n",
+            "Window at step later/window",
+        ),
+        # a filtered join: a stateless step between, which no release runs yet
+        (
+            "  some: {filter: {from: pairs, where: 'category'}}\n"
+            "  later: {window: {from: some, count: 3}}\n",
+            "Window at step later/window",
+        ),
+        # an aggregate over periodic windows re-publishes a changed window: not settled
+        (
+            "  hourly: {aggregate: {from: {window: {from: wire, time: 1h, every: 1h}},"
+            " reduce: '<item/>'}}\n  later: {window: {from: hourly, count: 3}}\n",
+            "Window at step later/window",
+        ),
+    ],
+)
+def test_a_run_over_results_that_are_not_settled_is_still_refused_with_its_line(
+    stream: str, step: str, tmp_path: Path
+) -> None:
+    problems = problems_in(HEAD + stream, tmp_path)
+    assert len(problems) == 1 and step in problems[0], problems
+    assert "reporting on close" in problems[0]
+
+
+@pytest.mark.spark
+@SPARK_EXAMPLES
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plans=st.lists(released_chains(settled_operators()), min_size=2, max_size=2),
+)
+def test_spark_equals_reference_on_runs_over_settled_results(
+    events: list[RefInput], plans: list[Node], spark: Any, tmp_path: Path
+) -> None:
+    assert all(fed_release(plan) for plan in plans)
+    assert_engines_agree(plans, events, tmp_path)
+
+
+def test_the_clock_told_after_each_micro_batch_is_not_a_time_that_came() -> None:
+    """A window read as a stream gives its content at every time of its input: at
+    the pairs' times and at the heartbeats', never at the clocks the join told after
+    each micro-batch (those depend on how arrivals were cut)."""
+    from roses_app.algebra.plan import CountWindow, Join, Source, Window
+
+    join = Join(Source("a", "published"), Source("b", "published"), "inner", "true()")
+    plan = Window(join, CountWindow(1))
+    item = "<item><title>{}</title></item>"
+    events = [
+        RefInput("a", 1, 1, item.format("a1"), 5),
+        RefInput("b", 2, 2, item.format("b1"), 5),
+        RefInput("a", 3, 3, item.format("a2"), 9),
+        RefInput("", 12, 4, None),
+        RefInput("b", 13, 5, item.format("b2"), 20),
+        RefInput("a", 30, 6, item.format("a3"), 30),
+    ]
+    expected = evaluate_streams([Stream("s", plan)], events)["s"][""]
+    # the pair at 5, and again at 12, a heartbeat: not at 9, 20 or 30, clocks told
+    assert [e.ts for e in expected if e.item is not None] == [5, 12]
+    for cuts in ([], [1, 2, 3, 4, 5]):
+        assert chained_results(plan, events, cuts) == [tuple(e) for e in expected]
