@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from roses_app.algebra.eventtime import revised_windows
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -314,7 +315,10 @@ def late_join_plans() -> st.SearchStrategy[Node]:
     )
 
 
-def settled_operators() -> st.SearchStrategy[Node]:
-    """A join, semijoin, difference or windowed grouping over publication time that
-    reports on close: its results are final when published."""
-    return (late_join_plans() | late_grouping_plans()).filter(lambda n: not optimistic(n))
+def fed_operators() -> st.SearchStrategy[Node]:
+    """An operator over publication time whose results a released run reads: a join,
+    semijoin, difference or windowed grouping reporting on close (its results are
+    final when published), or an aggregate or group over periodic windows (any report
+    policy: a window's result is revised until the clock decides it)."""
+    settled = (late_join_plans() | late_grouping_plans()).filter(lambda n: not optimistic(n))
+    return settled | late_window_plans().filter(revised_windows)

@@ -125,10 +125,32 @@ def settled(node: Node) -> bool:
     return found and not optimistic(node)
 
 
+def revised_windows(node: Node) -> bool:
+    """Whether ``node`` is an aggregate or a group over periodic time windows of items
+    read in publication time (:func:`late_windowed`): a window's result may be
+    published again, in place, while its items may still change, but a result at a
+    time before ``clock - lateness`` is final (its window takes no item any more), and
+    each keeps its guid (the window's bounds and key) through its revisions.  (Count
+    windows move their bounds when a late item shifts them; sessions grow and merge:
+    their results are not read so.)"""
+    found = late_windowed(node)
+    if found is None or not event_timed(node):
+        return False
+    spec = found[1]
+    return isinstance(spec, TimeWindow) and spec.period is not None
+
+
+def fed_input(node: Node) -> bool:
+    """Whether a released run reads ``node``'s results as they are decided by its clock
+    (:func:`roses_app.algebra.release.fed_release`): a :func:`settled` operator or
+    :func:`revised_windows`."""
+    return settled(node) or revised_windows(node)
+
+
 def released_input(below: Node) -> bool:
     """Whether a released run may read ``below``: a stateless plan of items read in
-    publication time, or the results of a :func:`settled` operator."""
-    return (event_timed(below) and stateless(below)) or settled(below)
+    publication time, or the results of a :func:`fed_input` operator."""
+    return (event_timed(below) and stateless(below)) or fed_input(below)
 
 
 # Operators that compute, at each time of their input, something of its items up to
@@ -161,7 +183,7 @@ def window_delta_run(node: Node) -> tuple[Node, list[Window | Delta]]:
 def late_sequential(node: Node) -> Node | None:
     """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
     stateless plan of items read in publication time, or over the results of a
-    :func:`settled` join or grouping, a run of windows, deltas and
+    :func:`fed_input` operator, a run of windows, deltas and
     nests (in any order), or an aggregate or a group over such a run, over a window of
     it, or over the plan itself or a window of it where :func:`late_windowed` does not
     run it (a group over a count window, anything over a sliding window or over no
@@ -287,9 +309,10 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
                 "nests over them or over the results of a join or a grouping reporting on "
-                "close, with an aggregate or a group on top (not an operator reading "
-                "optimistic results, the results of an aggregate or group over a periodic "
-                "or session window, or filtered or mapped results of an operator of time): "
-                "read its sources with time: ingest"
+                "close or of an aggregate or group over periodic windows, with an "
+                "aggregate or a group on top (not an operator reading optimistic results, "
+                "the results of an aggregate over count or session windows, or filtered "
+                "or mapped results of an operator of time): read its sources with time: "
+                "ingest"
             ),
         )

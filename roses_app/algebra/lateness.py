@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from roses_app.algebra.latejoin import timely_heartbeats
 from roses_app.algebra.panes import (
     Arrival,
     Entry,
@@ -104,6 +105,7 @@ class Planned:
     merged: list[Merge] = field(default_factory=list)  # sessions merged into older ones
     # the computations and merges in the order they happened (settled in that order)
     order: list[Computation | Merge] = field(default_factory=list)
+    heartbeats: list[Arrival] = field(default_factory=list)  # on time (timely_heartbeats)
 
 
 # The output part (the feed NAME/late) of a stream's items later than the lateness.
@@ -162,6 +164,7 @@ class LateWindows:
         its items, move the clock, and list the windows the report policy computes."""
         out = Planned([], [], [])
         for group in self._ticks(groups):
+            out.heartbeats += timely_heartbeats(self.clock, group, self.lateness)
             merged = len(out.merged)
             out.late.extend(self._add(group, out.merged))
             out.order.extend(out.merged[merged:])

@@ -103,6 +103,7 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     )
     ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
     ctx.unchanged[node] = settled.unchanged
+    ctx.settled[node] = (state.clock, [RefEvent(a.time, a.seq, None) for a in planned.heartbeats])
     return ordered(RefEvent(e.ts, e.seq, item) for e, item in published)
 
 

@@ -26,6 +26,7 @@ from roses_app.algebra.eventtime import (
     late_joined,
     late_sequential,
     released_chain,
+    revised_windows,
 )
 from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
 from roses_app.algebra.lateness import Arrival, arrival_groups
@@ -56,7 +57,7 @@ from roses_app.algebra.reference_registry import (
     run,
 )
 from roses_app.algebra.reference_release import released
-from roses_app.algebra.release import fed_release, release_lateness
+from roses_app.algebra.release import RESULT_NAME, fed_release, release_lateness
 from roses_app.algebra.windows import (
     call_bounds,
     count_window,
@@ -284,6 +285,8 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
     lateness = release_lateness(top, ctx.lateness)
     if fed_release(top):  # what the operator's last clock decided, in order
         results = items_only(run(below, ctx))
+        if revised_windows(below):
+            results = final_versions(results)
         clock, beats = ctx.settled[below]
         events = ordered({e for e in [*results, *beats] if decided(e.ts, clock, lateness)})
     else:
@@ -300,6 +303,18 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
         if node is stop:
             break
     return events
+
+
+def final_versions(events: Sequence[RefEvent]) -> list[RefEvent]:
+    """Of the results of a window published again when they change, the last one of
+    each (by its guid; a revision has the larger seq)."""
+    from roses_app.xmlfn import split_batch
+
+    names = split_batch(RESULT_NAME, (), [e.item for e in events])
+    last: dict[str | None, RefEvent] = {}
+    for event, name in sorted(zip(events, names, strict=True), key=lambda pair: pair[0].seq):
+        last[name] = event
+    return list(last.values())
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------

@@ -15,16 +15,19 @@ item still on time can come at or before t:
   more than L past their time; then they go to the operator in time order (then seq),
   which computes them as over ingest time.  Whatever the arrival order, what is
   released is in order, so results are final when published: no result is taken back.
-
-* **Fed by a settled operator.**  Over the results of a join, a semijoin, a
+* **Fed by an operator's results.**  Over the results of a join, a semijoin, a
   difference or a windowed grouping reporting on close
   (:func:`~roses_app.algebra.eventtime.settled`), nothing is too late: that operator
   dropped its late items, and it publishes a result final, at a time its clock had
   not decided before that arrival.  So after each arrival its results before its
   clock − its lateness are all there.  It tells its clock (a heartbeat at that time
   after each micro-batch, on Spark); the release holds its results until that
-  horizon passes them and gives them out in time order (with the operator's
-  lateness, and no heartbeat: time passes for the run with the results).
+  horizon passes them and gives them out in time order, with the heartbeats the
+  operator took on time (:func:`~roses_app.algebra.latejoin.timely_heartbeats`).
+  An aggregate or a group over periodic windows
+  (:func:`~roses_app.algebra.eventtime.revised_windows`) publishes a window's result
+  again when it changes, until its end is before that horizon: a result named by its
+  key (its guid) replaces the one held before it, so only the final one is given out.
 
 Both engines call :class:`Release`: the reference evaluator over the whole event list,
 the Spark operator (:mod:`roses_app.spark.latesequential`) micro-batch after
@@ -36,10 +39,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from roses_app.algebra.eventtime import late_sequential, settled
+from roses_app.algebra.eventtime import fed_input, late_sequential
 from roses_app.algebra.latejoin import CLOCK_SEQ, split_late, timely_heartbeats
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Aggregate, GroupBy, Node
+
+# What names a window's result through its revisions (roses_app.xmlfn.stamp)
+RESULT_NAME = "string(guid)"
 
 
 def release_order(arrival: Arrival) -> tuple[int, int, str]:
@@ -53,15 +59,16 @@ def release_lateness(node: Node, settings_lateness: int) -> int:
     ``lateness:``, which defaults to settings.lateness); delta, nest and windows take
     none of their own."""
     below = late_sequential(node)
-    if below is not None and settled(below):
+    if below is not None and fed_input(below):
         return below.lateness  # type: ignore[attr-defined]
     return node.lateness if isinstance(node, Aggregate | GroupBy) else settings_lateness
 
 
 def fed_release(node: Node) -> bool:
-    """Whether the release of ``node``'s run is fed by a settled operator."""
+    """Whether the release of ``node``'s run is fed by an operator's results
+    (:func:`~roses_app.algebra.eventtime.fed_input`)."""
     below = late_sequential(node)
-    return below is not None and settled(below)
+    return below is not None and fed_input(below)
 
 
 class Release:
@@ -77,7 +84,7 @@ class Release:
         self.lateness = lateness
         self.clock = clock
         self.held: list[Arrival] = held or []
-        self.fed = fed  # by a settled operator: nothing too late, no heartbeat held
+        self.fed = fed  # by an operator's results (fed_input): nothing is too late
 
     def advance(self, groups: Iterable[Sequence[Arrival]]) -> tuple[list[Arrival], list[Arrival]]:
         """Arrival groups, in order: the events released now (in order) and the items
@@ -86,9 +93,10 @@ class Release:
         for group in groups:
             before = self.clock
             if self.fed:  # results, heartbeats, and the clock (not a time that came)
-                times = [a.time for a in group] + ([] if before is None else [before])
-                self.clock = max(times, default=None)
-                self.held += [a for a in group if a.item is not None or a.seq != CLOCK_SEQ]
+                clocks = [a.time for a in group if a.item is None and a.seq == CLOCK_SEQ]
+                # (only the operator's clock: an open window's result may be ahead of it)
+                self.clock = max([*clocks, *([] if before is None else [before])], default=None)
+                self._hold([a for a in group if a.item is not None or a.seq != CLOCK_SEQ])
                 continue
             self.held += timely_heartbeats(before, group, self.lateness)
             on, dropped, self.clock = split_late(before, group, self.lateness)
@@ -101,15 +109,24 @@ class Release:
         self.held = [a for a in self.held if a.time >= horizon]
         return released, late
 
+    def _hold(self, arrivals: list[Arrival]) -> None:
+        """Hold results; one named by a key (a window's guid) replaces the versions of
+        that result held before it (a revision has a larger seq: its latest item)."""
+        keyed = {a.key: a for a in sorted(arrivals, key=lambda a: a.seq) if a.key is not None}
+        if keyed:
+            self.held = [a for a in self.held if a.key not in keyed]
+        self.held += [a for a in arrivals if a.key is None or keyed[a.key] is a]
+
     def dump(self) -> dict[str, Any]:
-        return {"clock": self.clock, "held": [[a.time, a.seq, a.item] for a in self.held]}
+        held = [[a.time, a.seq, a.item, *([a.key] if a.key else [])] for a in self.held]
+        return {"clock": self.clock, "held": held}
 
     @classmethod
     def load(cls, lateness: int, saved: dict[str, Any] | None, fed: bool = False) -> Release:
         if saved is None:
             return cls(lateness, fed=fed)
-        held = [Arrival(time, seq, item) for time, seq, item in saved["held"]]
+        held = [Arrival(*entry) for entry in saved["held"]]
         return cls(lateness, saved["clock"], held, fed)
 
 
-__all__ = ["Release", "fed_release", "release_lateness", "release_order"]
+__all__ = ["RESULT_NAME", "Release", "fed_release", "release_lateness", "release_order"]

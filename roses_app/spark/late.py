@@ -134,9 +134,10 @@ class LateProcessor(JsonStateProcessor):
         self.tally(
             node.stream, late=len(planned.late), unchanged=settled.unchanged, revised=revised
         )
-        out = [(e.ts, e.seq, item, "") for e, item in published]
+        found = [(e.ts, e.seq, item, "") for e, item in published]
         if node.late == "publish":
-            out += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
+            found += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
+        out = with_clock(found, planned.heartbeats, windows.clock)
         if out:
             yield output_frame(out)
 
@@ -185,7 +186,7 @@ def with_clock(
     clock: int | None,
 ) -> list[tuple[int, int, str | None, str]]:
     """``rows``, the heartbeats on time and a heartbeat telling ``clock``: a released
-    run over a settled operator's results (:func:`~roses_app.algebra.release.fed_release`)
+    run over an operator's results (:func:`~roses_app.algebra.release.fed_release`)
     sees those times pass and learns which results are complete.  Every other reader
     of the results drops heartbeats."""
     out: list[tuple[int, int, str | None, str]] = [*rows]

@@ -27,10 +27,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
-from roses_app.algebra.eventtime import late_sequential, publishes_late, released_chain
+from roses_app.algebra.eventtime import (
+    late_sequential,
+    publishes_late,
+    released_chain,
+    revised_windows,
+)
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
 from roses_app.algebra.plan import Aggregate, Delta, GroupBy, Nest, Node, TimeWindow, Window
-from roses_app.algebra.release import Release, fed_release, release_lateness
+from roses_app.algebra.release import RESULT_NAME, Release, fed_release, release_lateness
 from roses_app.algebra.windows import closed_windows, open_after, periodic_input
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
@@ -178,7 +183,7 @@ class LateSequentialProcessor(JsonStateProcessor):
         saved = self.load_state() or {}
         release = Release.load(self.lateness, saved.get("release"), self.fed)
         memory = load_memory(saved.get("memory"))
-        released, late = release.advance(arrival_groups(read_arrivals(rows, None)))
+        released, late = release.advance(arrival_groups(read_arrivals(rows, "key")))
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
         self.save_state({"release": release.dump(), "memory": dump_memory(memory)})
@@ -229,11 +234,11 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     assert below is not None
     lateness = release_lateness(node, ctx.lateness)
     stages = released_stages(node, ctx)
-    if fed_release(node):  # the operator's results, and a heartbeat at its clock
-        frame = lower(below, ctx).withColumn("event", F.lit(None).cast("bigint"))
+    if fed_release(node):
+        frame = fed_frame(below, ctx)
     else:
-        frame = timed_input(node, below, ctx)
-    rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event")
+        frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
+    rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
     processor = LateSequentialProcessor(node, stages, lateness, ctx.on_error(node), ctx.errors)
     out = rows.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=processor,
@@ -246,6 +251,20 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     if publishes_late(node):
         return out.select(*EVENT_COLUMNS, "part")
     return out.select(*EVENT_COLUMNS)
+
+
+def fed_frame(below: Node, ctx: LowerContext) -> DataFrame:
+    """The results of ``below`` a released run reads (its heartbeats and its clock
+    among them; not the items it publishes as late), each result of a window named by
+    its guid (``key``), which its revisions keep."""
+    frame = lower(below, ctx)
+    if "part" in frame.columns:
+        frame = frame.where(F.col("part") != F.lit(LATE_PART))
+    if revised_windows(below):
+        key = udfs.splitter_udf(RESULT_NAME, ctx.namespaces, ctx.on_error(below))(F.col("item"))
+    else:
+        key = F.lit(None).cast("string")
+    return frame.withColumn("event", F.lit(None).cast("bigint")).withColumn("key", key)
 
 
 @register(Window)
