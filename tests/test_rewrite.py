@@ -10,7 +10,17 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import ACCESSORS, PREDICATES, SOURCES, items, plans
+from strategies import (
+    ACCESSORS,
+    PREDICATES,
+    SOURCES,
+    fed_operators,
+    items,
+    late_sequential_plans,
+    out_of_order_event_lists,
+    plans,
+    released_chains,
+)
 
 from roses_app.algebra.plan import (
     CountWindow,
@@ -183,6 +193,21 @@ def test_drop_identity_window(inputs, f, spec) -> None:
     assert_rule_keeps_output(drop_identity_window, outer, inputs)
     inner = Window(Window(f, OMEGA0), spec)
     assert run(rewrite(inner), inputs) == run(inner, inputs) == run(Window(f, spec), inputs)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    out_of_order_event_lists(max_size=25),
+    late_sequential_plans() | released_chains() | released_chains(fed_operators()),
+    st.integers(0, 10),
+)
+def test_the_rules_keep_what_plans_over_publication_time_publish(
+    inputs: list[RefInput], plan: Node, lateness: int
+) -> None:
+    """Over publication time too: an identity window there holds its items until the
+    lateness has passed (it was once dropped, and its items published at once)."""
+    expected = evaluate_streams([Stream("s", plan)], inputs, lateness=lateness)
+    assert evaluate_streams([Stream("s", rewrite(plan))], inputs, lateness=lateness) == expected
 
 
 @RULE

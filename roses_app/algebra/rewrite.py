@@ -66,6 +66,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from roses_app.algebra.eventtime import event_timed
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -182,8 +183,11 @@ def merge_windows_in_union(node: Node, env: Env) -> Node | None:
 def drop_identity_window(node: Node, env: Env) -> Node | None:
     """ω_time,1 (no period, no delay) is ω0: the cascade ω_time,1(ω_time,w(F)) =
     ω_time,w(F) = ω_time,w(ω_time,1(F)) is the one case of "fenêtrage en cascade"
-    that holds physically, and the seed's remark Window_ω0(f) = f."""
-    if isinstance(node, Window) and node.spec == OMEGA0:
+    that holds physically, and the seed's remark Window_ω0(f) = f.  Not over items
+    read in publication time: there the window holds its items until the lateness has
+    passed and gives them out in time order (roses_app.algebra.release), its input
+    does not."""
+    if isinstance(node, Window) and node.spec == OMEGA0 and not event_timed(node):
         return node.input
     return None
 

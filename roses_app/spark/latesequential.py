@@ -176,6 +176,9 @@ class LateSequentialProcessor(JsonStateProcessor):
         self.lateness = lateness
         self.late_part = publishes_late(node)
         self.fed = fed_release(node)
+        below = late_sequential(node)
+        # a window's results by their guid (fed_frame's key), so that a revision replaces
+        self.named = below is not None and revised_windows(below)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -183,7 +186,8 @@ class LateSequentialProcessor(JsonStateProcessor):
         saved = self.load_state() or {}
         release = Release.load(self.lateness, saved.get("release"), self.fed)
         memory = load_memory(saved.get("memory"))
-        released, late = release.advance(arrival_groups(read_arrivals(rows, "key")))
+        arrivals = read_arrivals(rows, "key" if self.named else None)
+        released, late = release.advance(arrival_groups(arrivals))
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
         self.save_state({"release": release.dump(), "memory": dump_memory(memory)})
