@@ -318,7 +318,14 @@ def late_join_plans() -> st.SearchStrategy[Node]:
 def fed_operators() -> st.SearchStrategy[Node]:
     """An operator over publication time whose results a released run reads: a join,
     semijoin, difference or windowed grouping reporting on close (its results are
-    final when published), or an aggregate or group over periodic windows (any report
-    policy: a window's result is revised until the clock decides it)."""
+    final when published), or a filter or a map of one, or an aggregate or group over
+    periodic windows (any report policy: a window's result is revised until the clock
+    decides it)."""
     settled = (late_join_plans() | late_grouping_plans()).filter(lambda n: not optimistic(n))
-    return settled | late_window_plans().filter(revised_windows)
+    # final results: filtered or mapped before the release as after it
+    read = (
+        settled
+        | st.builds(Filter, settled, st.sampled_from(PREDICATES))
+        | st.builds(Map, settled, st.sampled_from(ACCESSORS))
+    )
+    return read | late_window_plans().filter(revised_windows)

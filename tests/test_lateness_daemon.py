@@ -283,3 +283,52 @@ def test_a_late_item_revises_the_grouping_results_after_it_in_place(
     assert titles(feeds["counted"]) == ["2 to flood", "2 to quake", "1 to storm"]
     assert health["revised_windows_per_stream"] == {"threads": 1}
     assert health["unchanged_windows_per_stream"] == {"counted": 1}
+
+
+CHAINED_CONFIG = (
+    JOIN_CONFIG.replace("lateness: 7d", "lateness: 4d")
+    + """  daily_pairs:
+    aggregate:
+      from: {window: {from: related, time: 1d, every: 1d}}
+      reduce: "<item><title>{count($items)} pairs</title></item>"
+    publish: {title: "Stories covered, per day"}
+"""
+)
+
+
+@pytest.mark.spark
+def test_a_daily_count_of_join_results_waits_for_the_join_and_survives_a_restart(
+    tmp_path: Path, spark: object
+) -> None:
+    """The join publishes its pairs at once; the daily count reads them once the
+    join's clock is its lateness (4 days) past them.  The pairs held then live in the
+    state across a restart, and a later clock (an item dated tomorrow) releases them."""
+    (tmp_path / "feeds.yaml").write_text(CHAINED_CONFIG)
+    now = datetime.now(UTC)
+
+    def at(days: float) -> datetime:
+        return now + timedelta(days=days)
+
+    def run() -> tuple[dict[str, list[str]], dict[str, Any]]:
+        return published(tmp_path, ["related", "daily_pairs"])
+
+    # a and c are 6 and 5 days old, b 4 days less 2 hours: the join's clock (now)
+    # decides a and c; c, a day after a, closes a's day
+    wire = [("b", at(-4 + 1 / 12)), ("c", at(-5)), ("a", at(-6))]
+    blog = [(title, when + timedelta(minutes=5)) for title, when in wire]
+    (tmp_path / "wire.xml").write_text(feed(wire))
+    (tmp_path / "blog.xml").write_text(feed(blog))
+    feeds, health = run()
+    assert len(feeds["related"]) == 3
+    assert len(feeds["daily_pairs"]) == 1 and "<title>1 pairs</title>" in feeds["daily_pairs"][0]
+    assert health["late_items_per_stream"] == {}
+
+    # a restart, and a story dated 20 hours from now: the clock moves past b by more
+    # than the lateness, b is released and closes c's day (with c, held across it)
+    (tmp_path / "wire.xml").write_text(feed([("d", at(20 / 24)), *wire]))
+    (tmp_path / "blog.xml").write_text(feed([("d", at(20 / 24)), *blog]))
+    feeds, health = run()
+    assert len(feeds["related"]) == 4
+    counts = feeds["daily_pairs"]
+    assert len(counts) == 2 and all("<title>1 pairs</title>" in item for item in counts)
+    assert len({item.split("<guid")[1] for item in counts}) == 2  # two days, once each

@@ -140,11 +140,25 @@ def revised_windows(node: Node) -> bool:
     return isinstance(spec, TimeWindow) and spec.period is not None
 
 
+def fed_operator(node: Node) -> Node | None:
+    """The operator whose results a released run reads as they are decided by its
+    clock (:func:`roses_app.algebra.release.fed_release`) when it reads ``node``: a
+    :func:`settled` operator, or one under filters and maps (its results are final:
+    filtered before or after the release, the same ones go through), or
+    :func:`revised_windows` read directly (a filter could drop a window's last
+    version and keep an earlier one); None if ``node`` is none of these."""
+    below = node
+    while isinstance(below, Filter | Map):
+        below = below.input
+    if settled(below) or (below is node and revised_windows(below)):
+        return below
+    return None
+
+
 def fed_input(node: Node) -> bool:
-    """Whether a released run reads ``node``'s results as they are decided by its clock
-    (:func:`roses_app.algebra.release.fed_release`): a :func:`settled` operator or
-    :func:`revised_windows`."""
-    return settled(node) or revised_windows(node)
+    """Whether a released run reads ``node``'s results as its operator's clock decides
+    them (:func:`fed_operator`)."""
+    return fed_operator(node) is not None
 
 
 def released_input(below: Node) -> bool:
@@ -308,11 +322,11 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time, only these run for now: aggregates and groups over windows, joins, "
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
-                "nests over them or over the results of a join or a grouping reporting on "
-                "close or of an aggregate or group over periodic windows, with an "
-                "aggregate or a group on top (not an operator reading optimistic results, "
-                "the results of an aggregate over count or session windows, or filtered "
-                "or mapped results of an operator of time): read its sources with time: "
-                "ingest"
+                "nests over them or over the results (filtered or mapped) of a join or a "
+                "grouping reporting on close, or over those of an aggregate or group over "
+                "periodic windows, with an aggregate or a group on top (not an operator "
+                "reading optimistic results, the results of an aggregate over count or "
+                "session windows, filtered windows' results, or a union of them): read "
+                "its sources with time: ingest"
             ),
         )

@@ -22,6 +22,7 @@ from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
 from roses_app.algebra.eventtime import (
+    fed_operator,
     late_grouped,
     late_joined,
     late_sequential,
@@ -287,7 +288,7 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
         results = items_only(run(below, ctx))
         if revised_windows(below):
             results = final_versions(results)
-        clock, beats = ctx.settled[below]
+        clock, beats = ctx.settled[fed_operator(below)]  # type: ignore[index]
         events = ordered({e for e in [*results, *beats] if decided(e.ts, clock, lateness)})
     else:
         events = released(run(below, ctx), ctx, lateness, top)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from roses_app.algebra.eventtime import fed_input, late_sequential
+from roses_app.algebra.eventtime import fed_input, fed_operator, late_sequential
 from roses_app.algebra.latejoin import CLOCK_SEQ, split_late, timely_heartbeats
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Aggregate, GroupBy, Node
@@ -59,8 +59,9 @@ def release_lateness(node: Node, settings_lateness: int) -> int:
     ``lateness:``, which defaults to settings.lateness); delta, nest and windows take
     none of their own."""
     below = late_sequential(node)
-    if below is not None and fed_input(below):
-        return below.lateness  # type: ignore[attr-defined]
+    fed = None if below is None else fed_operator(below)
+    if fed is not None:
+        return fed.lateness  # type: ignore[attr-defined]
     return node.lateness if isinstance(node, Aggregate | GroupBy) else settings_lateness
 
 
