@@ -239,12 +239,16 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
         + "  daily: {aggregate: {from: {window: {from: by_hour, time: 1d, every: 1d}},"
         + " reduce: '<item/>'}}\n"
         + "  tens: {aggregate: {from: {window: {from: wire, count: 10}}, reduce: '<item/>'}}\n"
-        + "  last_tens: {window: {from: tens, count: 3}}\n",
+        + "  last_tens: {window: {from: tens, count: 3}}\n"
+        + "  visits: {aggregate: {from: {window: {from: wire, gap: 1h}}, reduce: '<item/>',"
+        + " lateness: 2h}}\n"
+        + "  new_visits: {delta: {from: visits}}\n",
         tmp_path / "feeds.yaml",
     )
     latenesses = {"hourly": 7_200_000_000, "recent": 7_200_000_000, "new_firsts": 0}
     latenesses["recent_some"] = 7_200_000_000
     latenesses |= {"daily": 1_800_000_000, "last_tens": 0}
+    latenesses["new_visits"] = 7_200_000_000 + 3_600_000_000 - 1  # and a session's gap
     for name, lateness in latenesses.items():
         plan = config.streams[name].plan
         assert fed_release(plan), name
@@ -269,11 +273,12 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
             "  later: {window: {from: big, count: 3}}\n",
             "Window at step later/window",
         ),
-        # sessions grow and merge
+        # a union of two operators' results: each has its own clock
         (
-            "  visits: {aggregate: {from: {window: {from: wire, gap: 1h}},"
-            " reduce: '<item/>'}}\n  later: {delta: {from: visits}}\n",
-            "Delta at step later/delta",
+            "  hourly: {aggregate: {from: {window: {from: wire, time: 1h, every: 1h}},"
+            " reduce: '<item/>'}}\n"
+            "  later: {window: {from: {union: [hourly, pairs]}, count: 3}}\n",
+            "Window at step later/window",
         ),
     ],
 )
@@ -320,3 +325,48 @@ def test_the_clock_told_after_each_micro_batch_is_not_a_time_that_came() -> None
     assert [e.ts for e in expected if e.item is not None] == [5, 12]
     for cuts in ([], [1, 2, 3, 4, 5]):
         assert chained_results(plan, events, cuts) == [tuple(e) for e in expected]
+
+
+def test_a_session_is_read_once_no_item_on_time_can_extend_it() -> None:
+    """Sessions (gap 5, lateness 3, reported on change): with the clock at 17, the
+    session of 10 still takes an item at 14 (it is kept until the clock passes
+    10 + 5 - 1 + 3), so it is read only once the clock is the lateness and the gap
+    past it, in its last version; the session of 17, published and then merged into
+    it, not at all."""
+    from roses_app.algebra.plan import (
+        Aggregate,
+        CountWindow,
+        Report,
+        SessionWindow,
+        Source,
+        TimeWindow,
+        Window,
+    )
+    from roses_app.algebra.plan import XQuery as Query
+
+    titles = Query("<item><title>{ string-join($items/title, '+') }</title></item>")
+    sessions = Aggregate(
+        Window(Source("a", "published"), SessionWindow(5)),
+        titles,
+        "s",
+        3,
+        report=Report(True, True),
+    )
+    plan = Window(sessions, CountWindow(1))
+    item = "<item><title>{}</title></item>"
+    events = [
+        RefInput("a", 1, 1, item.format("x"), 10),
+        RefInput("a", 2, 2, item.format("y"), 17),
+        RefInput("a", 3, 3, item.format("z"), 14),
+        RefInput("", 100, 4, None),
+    ]
+    expected = evaluate_streams([Stream("s", plan)], events)["s"][""]
+    shown = [(e.ts, e.item.split("<title>")[1].split("<")[0]) for e in expected if e.item]
+    # z bridged them: one session, y's merged into x's (its notice is not read)
+    assert shown == [(17, "x+z+y")]
+    for cuts in ([], [1, 2, 3]):
+        assert chained_results(plan, events, cuts) == [tuple(e) for e in expected]
+    # everything read, in a window of 100 ticks: that one result, never y's notice
+    seen = Window(sessions, TimeWindow(100))
+    found = evaluate_streams([Stream("s", seen)], events)["s"][""]
+    assert {e.item for e in found} == {e.item for e in expected}

@@ -126,21 +126,15 @@ def settled(node: Node) -> bool:
 
 
 def revised_windows(node: Node) -> bool:
-    """Whether ``node`` is an aggregate or a group over periodic time windows, or an
-    aggregate over count windows, of items read in publication time
-    (:func:`late_windowed`): a window's result may be published again, in place, while
-    its items may still change, but a result at a time before ``clock - lateness`` is
-    final (its window takes no item any more: a count window ends at its time, the
-    refresh at each item's), and each keeps its guid (the window's bounds and key)
-    through its revisions.  (A session grows and merges into another: its results
-    are not read so.)"""
-    found = late_windowed(node)
-    if found is None or not event_timed(node):
-        return False
-    spec = found[1]
-    return isinstance(spec, CountWindow) or (
-        isinstance(spec, TimeWindow) and spec.period is not None
-    )
+    """Whether ``node`` is an aggregate or a group over the windows of items read in
+    publication time that :func:`late_windowed` runs: a window's result may be
+    published again, in place, while its items may still change, but a result at a
+    time before ``clock - lateness`` is final (its window takes no item any more: a
+    periodic window ends there, a count window is at its refresh, an item's time), and
+    each keeps its guid through its revisions.  A session's result is at its last
+    item, which an item up to ``gap`` later may extend (so one gap more), and a
+    session merged into another ends with a notice under its guid."""
+    return late_windowed(node) is not None and event_timed(node)
 
 
 def fed_operator(node: Node) -> Node | None:
@@ -327,9 +321,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
                 "nests over them or over the results (filtered or mapped) of a join or a "
                 "grouping reporting on close, or over those of an aggregate or group over "
-                "periodic or count windows, with an aggregate or a group on top (not an "
-                "operator reading optimistic results, the results of an aggregate or a "
-                "group over sessions, filtered windows' results, or a union of them): "
+                "windows, with an aggregate or a group on top (not an operator reading "
+                "optimistic results, filtered windows' results, or a union of them): "
                 "read its sources with time: ingest"
             ),
         )

@@ -58,7 +58,7 @@ from roses_app.algebra.reference_registry import (
     run,
 )
 from roses_app.algebra.reference_release import released
-from roses_app.algebra.release import RESULT_NAME, fed_release, release_lateness
+from roses_app.algebra.release import RESULT_NAME, fed_release, last_versions, release_lateness
 from roses_app.algebra.windows import (
     call_bounds,
     count_window,
@@ -307,15 +307,12 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
 
 
 def final_versions(events: Sequence[RefEvent]) -> list[RefEvent]:
-    """Of the results of a window published again when they change, the last one of
-    each (by its guid; a revision has the larger seq)."""
+    """Of the results of windows published again when they change, the last version
+    of each (:func:`~roses_app.algebra.release.last_versions`)."""
     from roses_app.xmlfn import split_batch
 
     names = split_batch(RESULT_NAME, (), [e.item for e in events])
-    last: dict[str | None, RefEvent] = {}
-    for event, name in sorted(zip(events, names, strict=True), key=lambda pair: pair[0].seq):
-        last[name] = event
-    return list(last.values())
+    return last_versions(events, names, lambda e: e.seq)
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------

@@ -36,16 +36,37 @@ micro-batch, its state saved in between.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from roses_app.algebra.eventtime import fed_input, fed_operator, late_sequential
 from roses_app.algebra.latejoin import CLOCK_SEQ, split_late, timely_heartbeats
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Aggregate, GroupBy, Node
+from roses_app.algebra.plan import Aggregate, GroupBy, Node, SessionWindow, Window
 
-# What names a window's result through its revisions (roses_app.xmlfn.stamp)
-RESULT_NAME = "string(guid)"
+# What names a window's result through its revisions (roses_app.xmlfn.stamp): its
+# guid, and " merged" after it on the notice of a session merged into another
+RESULT_NAME = "string-join((string(guid), *:window/@merged-into ! 'merged'), ' ')"
+MERGED = " merged"
+
+V = TypeVar("V")
+
+
+def last_versions(
+    results: Sequence[V], names: Sequence[str | None], seq: Callable[[V], int]
+) -> list[V]:
+    """Of results named by :data:`RESULT_NAME`, the last version of each (a revision
+    has the larger seq: its latest item), none of a session merged into another;
+    the unnamed ones all."""
+    last: dict[str, V] = {}
+    out: list[V] = []
+    for result, name in sorted(zip(results, names, strict=True), key=lambda pair: seq(pair[0])):
+        if name is None:
+            out.append(result)
+        else:
+            last[name.removesuffix(MERGED)] = result
+    gone = {name.removesuffix(MERGED) for name in names if name and name.endswith(MERGED)}
+    return out + [result for name, result in last.items() if name not in gone]
 
 
 def release_order(arrival: Arrival) -> tuple[int, int, str]:
@@ -61,7 +82,12 @@ def release_lateness(node: Node, settings_lateness: int) -> int:
     below = late_sequential(node)
     fed = None if below is None else fed_operator(below)
     if fed is not None:
-        return fed.lateness  # type: ignore[attr-defined]
+        # a session's result is at its last item, and an item up to its gap later may
+        # still extend it: decided once the clock is past that too
+        window = fed.input if isinstance(fed, Aggregate | GroupBy) else None
+        spec = window.spec if isinstance(window, Window) else None
+        reach = spec.gap - 1 if isinstance(spec, SessionWindow) else 0
+        return fed.lateness + reach  # type: ignore[attr-defined]
     return node.lateness if isinstance(node, Aggregate | GroupBy) else settings_lateness
 
 
@@ -111,12 +137,10 @@ class Release:
         return released, late
 
     def _hold(self, arrivals: list[Arrival]) -> None:
-        """Hold results; one named by a key (a window's guid) replaces the versions of
-        that result held before it (a revision has a larger seq: its latest item)."""
-        keyed = {a.key: a for a in sorted(arrivals, key=lambda a: a.seq) if a.key is not None}
-        if keyed:
-            self.held = [a for a in self.held if a.key not in keyed]
-        self.held += [a for a in arrivals if a.key is None or keyed[a.key] is a]
+        """Hold results; of those named by a key (:data:`RESULT_NAME`), only the last
+        version (:func:`last_versions`)."""
+        held = [*self.held, *arrivals]
+        self.held = last_versions(held, [a.key for a in held], lambda a: a.seq)
 
     def dump(self) -> dict[str, Any]:
         held = [[a.time, a.seq, a.item, *([a.key] if a.key else [])] for a in self.held]
@@ -130,4 +154,12 @@ class Release:
         return cls(lateness, saved["clock"], held, fed)
 
 
-__all__ = ["RESULT_NAME", "Release", "fed_release", "release_lateness", "release_order"]
+__all__ = [
+    "MERGED",
+    "RESULT_NAME",
+    "Release",
+    "fed_release",
+    "last_versions",
+    "release_lateness",
+    "release_order",
+]
