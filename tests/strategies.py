@@ -121,6 +121,11 @@ def windows(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
     return st.builds(Window, below, spec)
 
 
+def stream_windows(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+    """A window read as a stream: a time, count or session window."""
+    return windows(below) | st.builds(Window, below, st.builds(SessionWindow, st.integers(1, 6)))
+
+
 def join_inputs(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
     sliding = st.builds(TimeWindow, st.integers(1, 4), st.none(), st.just(0), st.integers(0, 1))
     return below | st.builds(Window, below, sliding)
@@ -131,8 +136,8 @@ def time_plans() -> st.SearchStrategy[Node]:
     below = plans(max_leaves=2)
     periodic = st.builds(TimeWindow, st.integers(1, 4), st.integers(1, 4), st.integers(0, 2))
     return st.one_of(
-        windows(below),
-        st.builds(Delta, windows(below), st.sampled_from(("insert", "delete"))),
+        stream_windows(below),
+        st.builds(Delta, stream_windows(below), st.sampled_from(("insert", "delete"))),
         st.builds(Aggregate, below | st.builds(Window, below, periodic), st.just(REDUCER)),
         st.builds(GroupBy, below, st.sampled_from(SPLITTERS[:1]), st.just(REDUCER)),
         st.builds(
@@ -196,8 +201,8 @@ def late_sequential_plans() -> st.SearchStrategy[Node]:
     kinds = st.sampled_from(("insert", "delete"))
     counted = st.builds(Window, below, st.builds(CountWindow, st.integers(1, 4)))
     return st.one_of(
-        windows(below),
-        st.builds(Delta, windows(below) | below, kinds),
+        stream_windows(below),
+        st.builds(Delta, stream_windows(below) | below, kinds),
         st.builds(Nest, below),
         st.builds(
             GroupBy,
@@ -223,7 +228,9 @@ def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchSt
     kinds = st.sampled_from(("insert", "delete"))
 
     def step(inner: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
-        return st.one_of(windows(inner), st.builds(Delta, inner, kinds), st.builds(Nest, inner))
+        return st.one_of(
+            stream_windows(inner), st.builds(Delta, inner, kinds), st.builds(Nest, inner)
+        )
 
     chain = step(below) | step(step(below))
     late = (st.integers(0, 10), st.sampled_from(("drop", "publish")))

@@ -306,7 +306,7 @@ def test_a_group_over_a_count_window_in_publication_time_reports_on_close(
     assert "a" in config.streams
 
 
-def test_session_windows_are_read_by_an_aggregate_or_a_group(tmp_path: Path) -> None:
+def test_session_windows_are_read_by_aggregates_and_as_streams_not_by_joins(tmp_path: Path) -> None:
     from roses_app.algebra.plan import Aggregate, SessionWindow, Window
 
     config = parse_config(
@@ -317,19 +317,26 @@ def test_session_windows_are_read_by_an_aggregate_or_a_group(tmp_path: Path) -> 
     plan = config.streams["s"].plan
     assert isinstance(plan, Aggregate) and isinstance(plan.input, Window)
     assert plan.input.spec == SessionWindow(1_800_000_000)
+    # read as a stream too: at each time, the session going on (see test_windows)
+    config = parse_config(
+        "sources:\n  feed: {feed: 'http://example.org/feed'}\nstreams:\n"
+        "  a: {window: {from: feed, gap: 30m}}\n",
+        tmp_path / "feeds.yaml",
+    )
+    assert config.streams["a"].plan == Window(Source("feed"), SessionWindow(1_800_000_000))
     problems = problems_in(
         "sources:\n  feed: {feed: 'http://example.org/feed'}\nstreams:\n"
-        "  a: {window: {from: feed, gap: 30m}}\n"
         "  b: {window: {from: feed, gap: 30m, every: 1h}}\n"
-        "  c: {window: {from: feed, gap: 30m, count: 3}}\n",
+        "  c: {window: {from: feed, gap: 30m, count: 3}}\n"
+        "  d: {join: {left: {window: {from: feed, gap: 30m}}, right: feed, on: 'true()'}}\n",
         tmp_path,
     )
     assert problems == [
-        "4: stream 'a': the session window at step a/window is read by an aggregate or a "
-        "group only (for now): aggregate its sessions",
-        "5: window.every only applies to time windows",
-        "6: window takes one of time (a duration), count (a number of items) or gap (a "
+        "4: window.every only applies to time windows",
+        "5: window takes one of time (a duration), count (a number of items) or gap (a "
         "duration: session windows)",
+        "6: join.left: a join input may be a sliding time window (time: and delay:), not a "
+        "count or periodic window; aggregate those instead",
     ]
 
 

@@ -3,13 +3,16 @@ and the physical Window form at the input's timestamps."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import partial
 
 import pytest
 import seed_tables as seed
+from hypothesis import given
+from hypothesis import strategies as st
 
-from roses_app.algebra.windows import count_window, time_window, window_events
+from roses_app.algebra.windows import count_window, session_window, time_window, window_events
 
 
 @dataclass(frozen=True)
@@ -72,3 +75,26 @@ def test_bad_parameters_are_refused() -> None:
         time_window(F, 1, 2, period=0)
     with pytest.raises(ValueError):
         count_window(F, 1, 0)
+
+
+def test_a_session_window_read_as_a_stream_is_the_session_going_on() -> None:
+    events = [Ev(t, f"e{t}") for t in (1, 3, 10, 12, 20)]
+    at = {t: [e.ts for e in session_window(events, t, 3)] for t in (0, 3, 5, 6, 12, 14, 15, 20)}
+    # 3 - 1 < 3: one session; open until 3 + 3; 10 starts another (10 - 3 >= 3)
+    assert at == {0: [], 3: [1, 3], 5: [1, 3], 6: [], 12: [10, 12], 14: [10, 12], 15: [], 20: [20]}
+
+
+@given(st.lists(st.integers(0, 40), max_size=12), st.integers(0, 45), st.integers(1, 6))
+def test_a_session_is_the_items_less_than_a_gap_apart_up_to_t_while_open(
+    times: list[int], t: int, gap: int
+) -> None:
+    events = [Ev(ts, f"e{n}") for n, ts in enumerate(sorted(times))]
+    found = session_window(events, t, gap)
+    past = [e for e in events if e.ts <= t]
+    if not past or t - past[-1].ts >= gap:
+        assert found == []
+        return
+    assert found == past[len(past) - len(found) :]  # the last ones up to t
+    assert all(b.ts - a.ts < gap for a, b in itertools.pairwise(found))
+    before = past[: len(past) - len(found)]
+    assert not before or found[0].ts - before[-1].ts >= gap  # the session starts there

@@ -171,11 +171,9 @@ CHAINED = (Window, Delta, Nest)
 
 def chain_below(node: Node) -> Node | None:
     """The node below the run of windows, deltas and nests from ``node`` down (``node``
-    itself if it is none of them); None if a session window is in the run."""
+    itself if it is none of them)."""
     below = node
     while isinstance(below, CHAINED):
-        if isinstance(below, Window) and isinstance(below.spec, SessionWindow):
-            return None
         below = below.input
     return below
 
@@ -294,17 +292,6 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
         timed[id(node)] = (isinstance(node, Source) and node.time == "published") or any(
             timed[id(c)] for c in node.children()
         )
-        if isinstance(node, Window) and isinstance(node.spec, SessionWindow):
-            if id(node) not in windows:
-                yield (
-                    node,
-                    (
-                        f"the session window at step {node.origin.step} is read by an aggregate "
-                        "or a group only (for now): aggregate its sessions"
-                    ),
-                )
-                timed[id(node)] = False
-            continue
         if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
         late = (late_windowed, late_joined, late_grouped, late_sequential)

@@ -39,6 +39,7 @@ from roses_app.algebra.plan import (
     Nest,
     Node,
     Semijoin,
+    SessionWindow,
     TimeWindow,
     Unnest,
     Window,
@@ -59,10 +60,7 @@ from roses_app.algebra.reference_registry import (
 )
 from roses_app.algebra.reference_release import released
 from roses_app.algebra.release import RESULT_NAME, fed_release, last_versions, release_lateness
-from roses_app.algebra.windows import (
-    call_bounds,
-    count_window,
-)
+from roses_app.algebra.windows import call_bounds, window_content
 
 ALL_DECIDED = 2**63 - 1  # a horizon past every time
 
@@ -87,8 +85,8 @@ class WindowCall:
         return call_bounds(spec, t)
 
     def indices(self, t: int) -> range:
-        if isinstance(self.spec, CountWindow):
-            content = count_window(self.events, t, self.spec.size)
+        if isinstance(self.spec, CountWindow | SessionWindow):
+            content = window_content(self.events, self.spec, t)
             end = bisect_right(self.times, t)
             return range(end - len(content), end)
         found = self.bounds(t)

@@ -220,12 +220,28 @@ def count_window(events: Sequence[E], t: int, n: int) -> list[E]:
     return past[first:]
 
 
+def session_window(events: Sequence[E], t: int, gap: int) -> list[E]:
+    """The session window at time ``t`` (events in time order): the session of the
+    last event up to ``t``, the events before it each less than ``gap`` from the next,
+    while it is open (``t`` less than ``gap`` after its last event; then it has closed,
+    as an aggregate's session closes, :func:`roses_app.algebra.panes.closes_at`)."""
+    if gap <= 0:
+        raise ValueError("a session window needs a gap > 0")
+    end = bisect_right([e.ts for e in events], t)
+    if end == 0 or t - events[end - 1].ts >= gap:
+        return []
+    first = end - 1
+    while first > 0 and events[first].ts - events[first - 1].ts < gap:
+        first -= 1
+    return list(events[first:end])
+
+
 def window_content(events: Sequence[E], spec: WindowSpec, t: int) -> list[E]:
     """ω(events) at time ``t`` for a plan's window spec."""
     if isinstance(spec, CountWindow):
         return count_window(events, t, spec.size)
     if isinstance(spec, SessionWindow):
-        raise TypeError("a session window has no content at a time: an aggregate reads it")
+        return session_window(events, t, spec.gap)
     return time_window(
         events, t, spec.width, period=spec.period, start=spec.start, delay=spec.delay
     )

@@ -123,11 +123,10 @@ class WindowOperator:
 
     def keep(self, events: list[Event], content: list[Event], t: int) -> list[Event]:
         """What later times may still show (the memory stays bounded)."""
-        if isinstance(self.spec, CountWindow):
-            # later windows are the last N of content + newer events: nothing older
+        if isinstance(self.spec, CountWindow | SessionWindow):
+            # later windows are the last N of content + newer events, or the session
+            # going on (a later one never takes an older event): nothing older
             return content
-        if isinstance(self.spec, SessionWindow):  # refused by the config: never here
-            raise TypeError("a session window is read by an aggregate or a group only")
         low = oldest_needed(self.spec, t)
         return events[bisect_left([e.ts for e in events], low) :]
 
