@@ -41,8 +41,9 @@ PLANS_FILE = "plans.pickle"
 # How a generation's plans become Spark operators.  A checkpoint holds the state of
 # the operators it was started with, so a generation saved under another version is
 # started again (2: each head once, the stateless tails fused; 3: a periodic late
-# window's items in a map state of slices).
-LOWERING = 3
+# window's items in a map state of slices; 4: the late operators tell their clock and
+# their heartbeats, and a released run reads a key column).
+LOWERING = 4
 
 
 class Ledger(Protocol):
