@@ -237,7 +237,13 @@ def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchSt
     # over the plan itself: what lateness.py does not run (no window, a sliding one)
     sliding = st.builds(Window, below, time_windows().filter(lambda w: w.period is None))
     # (a chain that is a window of the plan itself is the aggregate's own window)
-    run = chain.filter(lambda n: not isinstance(n, Window) or isinstance(n.input, RUN))
+    # (sessions of a run are read as a stream, not by an aggregate: no time decides them)
+    run = chain.filter(
+        lambda n: (
+            not isinstance(n, Window)
+            or (isinstance(n.input, RUN) and not isinstance(n.spec, SessionWindow))
+        )
+    )
     read = windows(chain) | run | sliding | below
     aggregate = st.builds(Aggregate, read, st.just(REDUCER), st.just("s"), *late)
     group = st.builds(
@@ -322,12 +328,12 @@ def late_join_plans() -> st.SearchStrategy[Node]:
     )
 
 
-def fed_operators() -> st.SearchStrategy[Node]:
-    """An operator over publication time whose results a released run reads: a join,
+def fed_operator_plans() -> st.SearchStrategy[Node]:
+    """Operators over publication time whose results a released run reads: a join,
     semijoin, difference or windowed grouping reporting on close (its results are
-    final when published), or a filter or a map of one, or an aggregate or group over
-    periodic windows (any report policy: a window's result is revised until the clock
-    decides it)."""
+    final when published), a filter or a map of one, a union of two of those (each
+    with its clock), or an aggregate or group over windows (any report policy: a
+    window's result is revised until the clock decides it)."""
     settled = (late_join_plans() | late_grouping_plans()).filter(lambda n: not optimistic(n))
     # final results: filtered or mapped before the release as after it
     read = (
@@ -335,4 +341,7 @@ def fed_operators() -> st.SearchStrategy[Node]:
         | st.builds(Filter, settled, st.sampled_from(PREDICATES))
         | st.builds(Map, settled, st.sampled_from(ACCESSORS))
     )
-    return read | late_window_plans().filter(revised_windows)
+    union = st.builds(lambda a, b: Union((a, b)), read, read).filter(
+        lambda u: len(set(u.inputs)) == 2  # (a union of one input twice is that input)
+    )
+    return read | union | late_window_plans().filter(revised_windows)

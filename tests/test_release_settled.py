@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from bisect import bisect_left
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import (
     SPARK_EXAMPLES,
-    fed_operators,
+    fed_operator_plans,
     out_of_order_event_lists,
     released_chains,
 )
@@ -30,7 +31,8 @@ from test_lategrouping import arrivals_of
 from test_latejoin import join_arrivals
 
 from roses_app.algebra.eventtime import (
-    fed_operator,
+    branches,
+    fed_operators,
     late_sequential,
     late_windowed,
     revised_windows,
@@ -49,7 +51,13 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
 )
 from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.release import RESULT_NAME, Release, fed_release, release_lateness
+from roses_app.algebra.release_fed import (
+    RESULT_NAME,
+    FedRelease,
+    fed_horizon,
+    fed_release,
+    mark_seq,
+)
 from roses_app.algebra.slices import MemorySlices
 from roses_app.config import parse_config
 from roses_app.xmlfn import split_batch
@@ -84,8 +92,9 @@ def window_arrivals(node: Aggregate | GroupBy, events: list[RefInput]) -> list[l
 def operator_batches(
     below: Node, events: list[RefInput], cuts: list[int]
 ) -> list[tuple[list[Row], list[Arrival], int | None]]:
-    """Per micro-batch cut at ``cuts``: what the operator publishes, its heartbeats on
-    time, and its clock after the batch (its state through JSON)."""
+    """Per micro-batch, cut before the ingest times ``cuts``: what the operator
+    publishes, its heartbeats on time, and its horizon after the batch (its state
+    through JSON)."""
     from roses_app.xmlfn.pairs import advance_join, late_join_results
     from roses_app.xmlfn.reduce import advance_grouping, advance_windows
 
@@ -95,7 +104,9 @@ def operator_batches(
         groups = arrivals_of(below, events)
     else:
         groups = join_arrivals(below, events)
-    bounds = sorted({0, len(groups), *(c for c in cuts if c < len(groups))})
+    ingest = {e.seq: e.ts for e in events}
+    starts = [ingest[group[0].seq] for group in groups]  # each group's ingest time
+    bounds = [0, *(bisect_left(starts, t) for t in sorted(cuts)), len(groups)]
     saved: dict[str, Any] | None = None
     store = MemorySlices()  # the windows' MapState: kept between micro-batches
     out: list[tuple[list[Row], list[Arrival], int | None]] = []
@@ -119,7 +130,7 @@ def operator_batches(
             found = advance_join(below, join, groups[start:end], ())  # type: ignore[arg-type]
             rows = list(late_join_results(below, join, found, ())[0])  # type: ignore[arg-type]
             beats, state = found.heartbeats, join
-        out.append((rows, beats, state.clock))
+        out.append((rows, beats, fed_horizon(below, state.clock)))
         saved = json.loads(json.dumps(state.dump()))
     return out
 
@@ -150,36 +161,41 @@ def late_specs(join: Node) -> tuple[Any, Any]:
 
 
 def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list[Row]:
-    """The run's results when the settled operator below and the release run batch
-    after batch, as the two Spark operators do: each batch's results, heartbeats
-    and clock (a heartbeat at seq -1) go to the release, whose state goes through JSON."""
-    from roses_app.algebra.latejoin import CLOCK_SEQ
+    """The run's results when the operators below and the release run batch after
+    batch (cut before the ingest times ``cuts``), as the Spark operators do: each
+    batch's results, heartbeats and horizons (a heartbeat at the branch's mark seq)
+    go to the release, whose state goes through JSON."""
     from roses_app.spark.latesequential import dump_memory, load_memory, released_stages
     from roses_app.spark.sequential import Event, process
 
     below = late_sequential(plan)
     assert below is not None and fed_release(plan)
-    operator = fed_operator(below)
-    assert operator is not None
+    operators = fed_operators(below)
+    assert operators is not None
     named = revised_windows(below)  # each result by its guid: its revisions replace it
     context = SimpleNamespace(namespaces=(), on_error=lambda node: failed)
     stages = released_stages(plan, context)  # type: ignore[arg-type]
+    runs = [operator_batches(op, events, cuts) for op in operators]
     saved: dict[str, Any] = {}
     published: list[Row] = []
-    for results, beats, clock in operator_batches(operator, events, cuts):
-        rows = through(below, operator, results)
-        names = split_batch(RESULT_NAME, (), [item for _, _, item in rows]) if named else []
-        keys = names or [None] * len(rows)
-        arrivals = [
-            (t, Arrival(t, seq, item, key)) for (t, seq, item), key in zip(rows, keys, strict=True)
-        ]
-        arrivals += [(a.time, Arrival(a.time, a.seq, None)) for a in beats]
-        if clock is not None:
-            arrivals.append((clock, Arrival(clock, CLOCK_SEQ, None)))
-        release = Release.load(release_lateness(plan, 0), saved.get("release"), fed=True)
+    for batch in range(len(cuts) + 1):
+        arrivals: list[tuple[int, Arrival]] = []
+        paired = zip(branches(below), operators, runs, strict=True)
+        for index, (branch, op, run) in enumerate(paired):
+            results, beats, horizon = run[batch]
+            rows = through(branch, op, results)
+            names = split_batch(RESULT_NAME, (), [item for _, _, item in rows]) if named else []
+            keys = names or [None] * len(rows)
+            arrivals += [
+                (t, Arrival(t, seq, item, key))
+                for (t, seq, item), key in zip(rows, keys, strict=True)
+            ]
+            arrivals += [(a.time, Arrival(a.time, a.seq, None)) for a in beats]
+            if horizon is not None:
+                arrivals.append((horizon, Arrival(horizon, mark_seq(index), None)))
+        release = FedRelease.load(len(operators), saved.get("release"))
         memory = load_memory(saved.get("memory"))
-        out, late = release.advance(arrival_groups(arrivals))
-        assert late == []  # the operator dropped its late items: nothing is late here
+        out = release.advance(arrival_groups(arrivals))
         found = process(stages, memory, [Event(a.time, a.seq, a.item) for a in out], 0, failed)
         published += [(e.ts, e.seq, e.item) for e in found if e.item is not None]
         saved = json.loads(json.dumps({"release": release.dump(), "memory": dump_memory(memory)}))
@@ -189,7 +205,7 @@ def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     events=out_of_order_event_lists(max_size=30),
-    plan=released_chains(fed_operators()),
+    plan=released_chains(fed_operator_plans()),
     cuts=st.lists(st.integers(1, 30), max_size=4),
 )
 def test_a_run_over_an_operators_results_cut_into_micro_batches_equals_the_reference(
@@ -199,18 +215,29 @@ def test_a_run_over_an_operators_results_cut_into_micro_batches_equals_the_refer
     assert sorted(chained_results(plan, events, cuts)) == sorted(tuple(e) for e in expected)
 
 
-def test_a_settled_result_waits_for_the_clock_and_comes_out_in_time_order() -> None:
-    """Results come out of order and nothing is too late; the clock heartbeat moves
-    the horizon without being released; a heartbeat that came is released."""
-    release = Release(5, fed=True)
-    out, late = release.advance([[Arrival(20, 4, "<item>b</item>"), Arrival(20, -1, None)]])
-    assert out == [] and late == []  # 20 is not 5 past 20
-    arrivals = [Arrival(12, 2, "<item>a</item>"), Arrival(26, 7, None), Arrival(30, -1, None)]
-    out, late = release.advance([arrivals])
+def test_results_wait_for_the_horizon_told_and_come_out_in_time_order() -> None:
+    """Results come out of order and nothing is too late; the horizon an operator
+    tells (a heartbeat at seq -1) is not released, a heartbeat that came is."""
+    release = FedRelease()
+    out = release.advance([[Arrival(20, 4, "<item>b</item>"), Arrival(15, -1, None)]])
+    assert out == []  # 20 is not before the horizon 15
+    arrivals = [Arrival(12, 2, "<item>a</item>"), Arrival(26, 7, None), Arrival(25, -1, None)]
+    out = release.advance([arrivals])
+    # 12 is 13 before the horizon: the operator had decided it was on time
     assert [(a.time, a.item) for a in out] == [(12, "<item>a</item>"), (20, "<item>b</item>")]
-    assert late == []  # 12 is 18 before the clock: the operator had decided it was on time
-    out, _ = release.advance([[Arrival(40, -1, None)]])
-    assert [(a.time, a.seq, a.item) for a in out] == [(26, 7, None)]  # not the clocks
+    out = release.advance([[Arrival(35, -1, None)]])
+    assert [(a.time, a.seq, a.item) for a in out] == [(26, 7, None)]  # not the horizons
+
+
+def test_over_a_union_the_least_horizon_of_its_branches_decides() -> None:
+    release = FedRelease(2)
+    first = [Arrival(5, 3, "<item>a</item>"), Arrival(30, mark_seq(0), None)]
+    assert release.advance([first]) == []  # branch 1 has told nothing yet
+    saved = json.loads(json.dumps(release.dump()))
+    release = FedRelease.load(2, saved)
+    out = release.advance([[Arrival(10, mark_seq(1), None), Arrival(8, 4, "<item>b</item>")]])
+    assert [a.item for a in out] == ["<item>a</item>", "<item>b</item>"]  # before 10
+    assert release.horizon == 10
 
 
 HEAD = (
@@ -242,18 +269,23 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
         + "  last_tens: {window: {from: tens, count: 3}}\n"
         + "  visits: {aggregate: {from: {window: {from: wire, gap: 1h}}, reduce: '<item/>',"
         + " lateness: 2h}}\n"
-        + "  new_visits: {delta: {from: visits}}\n",
+        + "  new_visits: {delta: {from: visits}}\n"
+        + "  both: {window: {from: {union: [pairs, firsts]}, count: 5}}\n",
         tmp_path / "feeds.yaml",
     )
     latenesses = {"hourly": 7_200_000_000, "recent": 7_200_000_000, "new_firsts": 0}
-    latenesses["recent_some"] = 7_200_000_000
+    latenesses |= {"recent_some": 7_200_000_000, "both": 7_200_000_000}
     latenesses |= {"daily": 1_800_000_000, "last_tens": 0}
     latenesses["new_visits"] = 7_200_000_000 + 3_600_000_000 - 1  # and a session's gap
+    clock = 10**12
     for name, lateness in latenesses.items():
         plan = config.streams[name].plan
         assert fed_release(plan), name
-        # released with the lateness of the operator below, which decides its results
-        assert release_lateness(plan, 0) == lateness
+        # what the operators below decided, each with its lateness, the least of them
+        below = late_sequential(plan)
+        operators = fed_operators(below)  # type: ignore[arg-type]
+        assert operators is not None
+        assert min(fed_horizon(op, clock) for op in operators) == clock - lateness  # type: ignore[type-var]
 
 
 @pytest.mark.parametrize(
@@ -273,11 +305,16 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
             "  later: {window: {from: big, count: 3}}\n",
             "Window at step later/window",
         ),
-        # a union of two operators' results: each has its own clock
+        # windows' results in a union: two windows could share a guid
         (
             "  hourly: {aggregate: {from: {window: {from: wire, time: 1h, every: 1h}},"
             " reduce: '<item/>'}}\n"
             "  later: {window: {from: {union: [hourly, pairs]}, count: 3}}\n",
+            "Window at step later/window",
+        ),
+        # a union of an operator's results and items: the items have no horizon told
+        (
+            "  later: {window: {from: {union: [wire, pairs]}, count: 3}}\n",
             "Window at step later/window",
         ),
     ],
@@ -294,7 +331,7 @@ def test_a_run_over_results_no_clock_decides_is_still_refused_with_its_line(
 @SPARK_EXAMPLES
 @given(
     events=out_of_order_event_lists(max_size=30),
-    plans=st.lists(released_chains(fed_operators()), min_size=2, max_size=2),
+    plans=st.lists(released_chains(fed_operator_plans()), min_size=2, max_size=2),
 )
 def test_spark_equals_reference_on_runs_over_operators_results(
     events: list[RefInput], plans: list[Node], spark: Any, tmp_path: Path
@@ -323,7 +360,7 @@ def test_the_clock_told_after_each_micro_batch_is_not_a_time_that_came() -> None
     expected = evaluate_streams([Stream("s", plan)], events)["s"][""]
     # the pair at 5, and again at 12, a heartbeat: not at 9, 20 or 30, clocks told
     assert [e.ts for e in expected if e.item is not None] == [5, 12]
-    for cuts in ([], [1, 2, 3, 4, 5]):
+    for cuts in ([], [2, 3, 12, 13, 30]):  # each arrival a micro-batch
         assert chained_results(plan, events, cuts) == [tuple(e) for e in expected]
 
 
@@ -364,7 +401,7 @@ def test_a_session_is_read_once_no_item_on_time_can_extend_it() -> None:
     shown = [(e.ts, e.item.split("<title>")[1].split("<")[0]) for e in expected if e.item]
     # z bridged them: one session, y's merged into x's (its notice is not read)
     assert shown == [(17, "x+z+y")]
-    for cuts in ([], [1, 2, 3]):
+    for cuts in ([], [2, 3, 100]):  # each arrival a micro-batch
         assert chained_results(plan, events, cuts) == [tuple(e) for e in expected]
     # everything read, in a window of 100 ticks: that one result, never y's notice
     seen = Window(sessions, TimeWindow(100))

@@ -14,7 +14,7 @@ from strategies import (
     ACCESSORS,
     PREDICATES,
     SOURCES,
-    fed_operators,
+    fed_operator_plans,
     items,
     late_sequential_plans,
     out_of_order_event_lists,
@@ -198,7 +198,7 @@ def test_drop_identity_window(inputs, f, spec) -> None:
 @settings(max_examples=150, deadline=None)
 @given(
     out_of_order_event_lists(max_size=25),
-    late_sequential_plans() | released_chains() | released_chains(fed_operators()),
+    late_sequential_plans() | released_chains() | released_chains(fed_operator_plans()),
     st.integers(0, 10),
 )
 def test_the_rules_keep_what_plans_over_publication_time_publish(

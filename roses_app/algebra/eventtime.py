@@ -120,7 +120,7 @@ def settled(node: Node) -> bool:
     when published, and each at a time its clock has not yet decided: a join, a
     semijoin, a difference or a windowed grouping reporting on close.  Its results
     are then an out-of-order input like the items themselves, complete before
-    ``clock - lateness`` after each arrival (:func:`roses_app.algebra.release.fed_release`)."""
+    ``clock - lateness`` after each arrival (:mod:`roses_app.algebra.release_fed`)."""
     found = late_joined(node) is not None or late_grouped(node) is not None
     return found and not optimistic(node)
 
@@ -137,25 +137,39 @@ def revised_windows(node: Node) -> bool:
     return late_windowed(node) is not None and event_timed(node)
 
 
-def fed_operator(node: Node) -> Node | None:
-    """The operator whose results a released run reads as they are decided by its
-    clock (:func:`roses_app.algebra.release.fed_release`) when it reads ``node``: a
-    :func:`settled` operator, or one under filters and maps (its results are final:
-    filtered before or after the release, the same ones go through), or
-    :func:`revised_windows` read directly (a filter could drop a window's last
-    version and keep an earlier one); None if ``node`` is none of these."""
+def _settled_below(node: Node) -> Node | None:
     below = node
     while isinstance(below, Filter | Map):
         below = below.input
-    if settled(below) or (below is node and revised_windows(below)):
-        return below
-    return None
+    return below if settled(below) else None
+
+
+def fed_operators(node: Node) -> list[Node] | None:
+    """The operators whose results a released run reads, as their clocks decide them
+    (:mod:`roses_app.algebra.release_fed`), when it reads ``node``, one per branch
+    (:func:`branches`): a :func:`settled` operator, or one under filters and maps
+    (its results are final: filtered before or after the release, the same ones go
+    through); a union of those; or :func:`revised_windows` read directly (a filter
+    could drop a window's last version and keep an earlier one).  None if ``node`` is
+    none of these."""
+    if isinstance(node, Union):
+        found = [_settled_below(child) for child in node.inputs]
+        return None if any(op is None for op in found) else found  # type: ignore[return-value]
+    one = _settled_below(node)
+    if one is not None:
+        return [one]
+    return [node] if revised_windows(node) else None
+
+
+def branches(node: Node) -> tuple[Node, ...]:
+    """The inputs of ``node`` that :func:`fed_operators` names one operator each."""
+    return node.inputs if isinstance(node, Union) else (node,)
 
 
 def fed_input(node: Node) -> bool:
-    """Whether a released run reads ``node``'s results as its operator's clock decides
-    them (:func:`fed_operator`)."""
-    return fed_operator(node) is not None
+    """Whether a released run reads ``node``'s results as operators' clocks decide
+    them (:func:`fed_operators`)."""
+    return fed_operators(node) is not None
 
 
 def released_input(below: Node) -> bool:
@@ -306,10 +320,10 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time, only these run for now: aggregates and groups over windows, joins, "
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
-                "nests over them or over the results (filtered or mapped) of a join or a "
-                "grouping reporting on close, or over those of an aggregate or group over "
-                "windows, with an aggregate or a group on top (not an operator reading "
-                "optimistic results, filtered windows' results, or a union of them): "
-                "read its sources with time: ingest"
+                "nests over them or over the results (filtered or mapped, or a union of "
+                "them) of joins or groupings reporting on close, or over those of an "
+                "aggregate or group over windows, with an aggregate or a group on top "
+                "(not an operator reading optimistic results, or windows' results "
+                "filtered, mapped or in a union): read its sources with time: ingest"
             ),
         )

@@ -1,16 +1,20 @@
 """The reference evaluator's released runs over publication time (windows, deltas,
 nests, and the aggregates and groups that read them): their input events as
 :class:`roses_app.algebra.release.Release` releases them (in time order, once final),
-from the whole event list (see :func:`roses_app.algebra.reference_time.released_run`)."""
+or the results of operators as their last clocks decided them
+(:mod:`roses_app.algebra.release_fed`), from the whole event list (see
+:func:`roses_app.algebra.reference_time.released_run`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from roses_app.algebra.eventtime import fed_operators, revised_windows
 from roses_app.algebra.lateness import Arrival, arrival_groups
 from roses_app.algebra.plan import Node
-from roses_app.algebra.reference_registry import Context, RefEvent
+from roses_app.algebra.reference_registry import Context, RefEvent, items_only, ordered, run
 from roses_app.algebra.release import Release
+from roses_app.algebra.release_fed import RESULT_NAME, fed_horizon, last_versions
 
 
 def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node) -> list[RefEvent]:
@@ -22,4 +26,24 @@ def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node
     return [RefEvent(a.time, a.seq, a.item) for a in out]
 
 
-__all__ = ["released"]
+def fed_released(below: Node, ctx: Context) -> list[RefEvent]:
+    """The results (and heartbeats on time) of the operators ``below`` reads
+    (:func:`~roses_app.algebra.eventtime.fed_operators`) that all their last clocks
+    decided, in time order; of a window's results, the last version."""
+    from roses_app.xmlfn import split_batch
+
+    operators = fed_operators(below)
+    assert operators is not None
+    results = items_only(run(below, ctx))
+    if revised_windows(below):
+        names = split_batch(RESULT_NAME, (), [e.item for e in results])
+        results = last_versions(results, names, lambda e: e.seq)
+    horizons = [fed_horizon(op, ctx.settled[op][0]) for op in operators]
+    if any(h is None for h in horizons):
+        return []
+    horizon = min(h for h in horizons if h is not None)
+    beats = {e for op in operators for e in ctx.settled[op][1]}
+    return ordered(e for e in [*results, *beats] if e.ts < horizon)
+
+
+__all__ = ["fed_released", "released"]

@@ -22,12 +22,10 @@ from roses_app.algebra.delta import delta
 from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
 from roses_app.algebra.eventtime import (
-    fed_operator,
     late_grouped,
     late_joined,
     late_sequential,
     released_chain,
-    revised_windows,
 )
 from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
 from roses_app.algebra.lateness import Arrival, arrival_groups
@@ -58,8 +56,9 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_release import released
-from roses_app.algebra.release import RESULT_NAME, fed_release, last_versions, release_lateness
+from roses_app.algebra.reference_release import fed_released, released
+from roses_app.algebra.release import release_lateness
+from roses_app.algebra.release_fed import fed_release
 from roses_app.algebra.windows import call_bounds, window_content
 
 ALL_DECIDED = 2**63 - 1  # a horizon past every time
@@ -276,20 +275,17 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
     over publication time (:func:`~roses_app.algebra.eventtime.released_chain`): the
     events of the stateless plan below as :class:`~roses_app.algebra.release.Release`
     gives them out (with ``top``'s lateness; the items too late go to
-    ``ctx.late[top]``), through each operator as over ingest time, every time decided
-    and heartbeats passed on (as the Spark stages do)."""
+    ``ctx.late[top]``), or the results of operators below as their clocks decided them
+    (:func:`~roses_app.algebra.reference_release.fed_released`), through each operator
+    as over ingest time, every time decided and heartbeats passed on (as the Spark
+    stages do)."""
     below = late_sequential(top)
     assert below is not None
     stop = top if stop is None else stop
-    lateness = release_lateness(top, ctx.lateness)
-    if fed_release(top):  # what the operator's last clock decided, in order
-        results = items_only(run(below, ctx))
-        if revised_windows(below):
-            results = final_versions(results)
-        clock, beats = ctx.settled[fed_operator(below)]  # type: ignore[index]
-        events = ordered({e for e in [*results, *beats] if decided(e.ts, clock, lateness)})
+    if fed_release(top):
+        events = fed_released(below, ctx)
     else:
-        events = released(run(below, ctx), ctx, lateness, top)
+        events = released(run(below, ctx), ctx, release_lateness(top, ctx.lateness), top)
     if stop is below:
         return events
     for node in released_chain(top):
@@ -302,15 +298,6 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
         if node is stop:
             break
     return events
-
-
-def final_versions(events: Sequence[RefEvent]) -> list[RefEvent]:
-    """Of the results of windows published again when they change, the last version
-    of each (:func:`~roses_app.algebra.release.last_versions`)."""
-    from roses_app.xmlfn import split_batch
-
-    names = split_batch(RESULT_NAME, (), [e.item for e in events])
-    return last_versions(events, names, lambda e: e.seq)
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------

@@ -46,6 +46,7 @@ from roses_app.algebra.lateness import (
 )
 from roses_app.algebra.panes import Entry, plain_entries
 from roses_app.algebra.plan import Aggregate, GroupBy, Node
+from roses_app.algebra.release_fed import fed_horizon
 from roses_app.algebra.slices import ChunkId
 from roses_app.spark import udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces
@@ -137,7 +138,7 @@ class LateProcessor(JsonStateProcessor):
         found = [(e.ts, e.seq, item, "") for e, item in published]
         if node.late == "publish":
             found += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
-        out = with_clock(found, planned.heartbeats, windows.clock)
+        out = with_clock(found, planned.heartbeats, fed_horizon(node, windows.clock))
         if out:
             yield output_frame(out)
 
@@ -183,15 +184,15 @@ def read_arrivals(frames: Iterator[pd.DataFrame], key: str | None) -> list[tuple
 def with_clock(
     rows: Sequence[tuple[int, int, str | None, str]],
     heartbeats: Sequence[Arrival],
-    clock: int | None,
+    horizon: int | None,
 ) -> list[tuple[int, int, str | None, str]]:
-    """``rows``, the heartbeats on time and a heartbeat telling ``clock``: a released
-    run over an operator's results (:func:`~roses_app.algebra.release.fed_release`)
-    sees those times pass and learns which results are complete.  Every other reader
-    of the results drops heartbeats."""
+    """``rows``, the heartbeats on time and a heartbeat (seq ``CLOCK_SEQ``) telling the
+    ``horizon`` before which the operator's results are out and final: a released run
+    over them (:mod:`roses_app.algebra.release_fed`) sees those times pass and takes
+    what is decided.  Every other reader of the results drops heartbeats."""
     out: list[tuple[int, int, str | None, str]] = [*rows]
     out += dict.fromkeys((a.time, a.seq, None, "") for a in heartbeats)  # a join's 2 sides
-    return out if clock is None else [*out, (clock, CLOCK_SEQ, None, "")]
+    return out if horizon is None else [*out, (horizon, CLOCK_SEQ, None, "")]
 
 
 def output_frame(rows: Sequence[tuple[int, int, str | None, str]]) -> pd.DataFrame:

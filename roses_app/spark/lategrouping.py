@@ -26,6 +26,7 @@ from roses_app.algebra.eventtime import late_grouped
 from roses_app.algebra.lategrouping import LateGrouping
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.plan import WindowedGrouping
+from roses_app.algebra.release_fed import fed_horizon
 from roses_app.spark import udfs
 from roses_app.spark.late import (
     OUTPUT_DDL,
@@ -70,7 +71,7 @@ class LateGroupingProcessor(JsonStateProcessor):
             node.stream, late=len(planned.late), unchanged=settled.unchanged, revised=revised
         )
         found = [(e.time, e.at, item, "") for e, item in published]
-        results = with_clock(found, planned.heartbeats, grouping.clock)
+        results = with_clock(found, planned.heartbeats, fed_horizon(node, grouping.clock))
         if results:
             yield output_frame(results)
 

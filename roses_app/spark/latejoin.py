@@ -28,6 +28,7 @@ from roses_app.algebra.eventtime import JoinSides, late_joined
 from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_keyed, join_kind
 from roses_app.algebra.lateness import arrival_groups
 from roses_app.algebra.plan import Diff, Join, Semijoin, optimistic
+from roses_app.algebra.release_fed import fed_horizon
 from roses_app.spark import udfs
 from roses_app.spark.late import (
     OUTPUT_DDL,
@@ -72,7 +73,7 @@ class LateJoinProcessor(JsonStateProcessor):
         self.save_state(join.dump())
         self.tally(node.origin.stream, late=len(planned.late), revised=revised)
         found = [(ts, seq, item, "") for ts, seq, item in out]
-        results = with_clock(found, planned.heartbeats, join.clock)
+        results = with_clock(found, planned.heartbeats, fed_horizon(node, join.clock))
         if results:
             yield output_frame(results)
 

@@ -28,14 +28,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import (
+    branches,
     late_sequential,
     publishes_late,
     released_chain,
     revised_windows,
 )
+from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
+from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Aggregate, Delta, GroupBy, Nest, Node, TimeWindow, Window
-from roses_app.algebra.release import RESULT_NAME, Release, fed_release, release_lateness
+from roses_app.algebra.release import Release, release_lateness
+from roses_app.algebra.release_fed import RESULT_NAME, FedRelease, fed_release, mark_seq
 from roses_app.algebra.windows import closed_windows, open_after, periodic_input
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
@@ -175,19 +179,27 @@ class LateSequentialProcessor(JsonStateProcessor):
         self.stages = tuple(stages)
         self.lateness = lateness
         self.late_part = publishes_late(node)
-        self.fed = fed_release(node)
         below = late_sequential(node)
-        # a window's results by their guid (fed_frame's key), so that a revision replaces
-        self.named = below is not None and revised_windows(below)
+        assert below is not None
+        # over operators' results: their branches (each tells its horizon); a window's
+        # results by their guid (fed_frame's key), so that a revision replaces
+        self.fed = len(branches(below)) if fed_release(node) else 0
+        self.named = revised_windows(below)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         saved = self.load_state() or {}
-        release = Release.load(self.lateness, saved.get("release"), self.fed)
         memory = load_memory(saved.get("memory"))
-        arrivals = read_arrivals(rows, "key" if self.named else None)
-        released, late = release.advance(arrival_groups(arrivals))
+        groups = arrival_groups(read_arrivals(rows, "key" if self.named else None))
+        release: Release | FedRelease
+        late: list[Arrival] = []  # nothing is too late for a run over operators' results
+        if self.fed:
+            release = FedRelease.load(self.fed, saved.get("release"))
+            released = release.advance(groups)
+        else:
+            release = Release.load(self.lateness, saved.get("release"))
+            released, late = release.advance(groups)
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
         self.save_state({"release": release.dump(), "memory": dump_memory(memory)})
@@ -258,10 +270,18 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
 
 
 def fed_frame(below: Node, ctx: LowerContext) -> DataFrame:
-    """The results of ``below`` a released run reads (its heartbeats and its clock
-    among them; not the items it publishes as late), each result of a window named by
-    its guid (``key``), which its revisions keep."""
-    frame = lower(below, ctx)
+    """The results of the operators ``below`` reads (their heartbeats and horizons
+    among them, each branch's horizon under its own seq; not the items published as
+    late), each result of a window named by its guid (``key``), which its revisions
+    keep."""
+    frames = []
+    for branch, node in enumerate(branches(below)):
+        told = F.col("item").isNull() & (F.col("seq") == F.lit(CLOCK_SEQ))
+        seq = F.when(told, F.lit(mark_seq(branch))).otherwise(F.col("seq"))
+        frames.append(lower(node, ctx).withColumn("seq", seq))
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
     if "part" in frame.columns:
         frame = frame.where(F.col("part") != F.lit(LATE_PART))
     if revised_windows(below):

@@ -1,0 +1,153 @@
+"""A released run over the results of operators over publication time (seed 001's
+lateness, reported on close): a window, a delta, a nest, or an aggregate or a group
+over them, reading what a join, a semijoin, a difference, a windowed grouping, or an
+aggregate or a group over windows publishes (:func:`fed_operators`).
+
+Those results come out of order, but each operator has a clock that decides them:
+
+* **Settled.**  A join's, a semijoin's, a difference's or a windowed grouping's
+  result, reporting on close, is final when published, at a time its clock had not
+  decided before that arrival: after each arrival, its results before
+  ``clock - lateness`` are all out.  Filtered or mapped, the same.
+* **Revised windows.**  An aggregate's or a group's window result may be published
+  again, in place (same guid), while a late item can still change it; not once its
+  time is before ``clock - lateness`` (a session's: the gap too, since an item up to a
+  gap after its last one may still extend it).  Only the last version counts, and
+  none of a session merged into another (its notice carries `` merged`` in its name,
+  :data:`RESULT_NAME`).
+* **Horizon.**  What an operator has decided, :func:`fed_horizon`, it tells after
+  each micro-batch on Spark (a heartbeat row at that time, seq
+  :data:`~roses_app.algebra.latejoin.CLOCK_SEQ`, made :func:`mark_seq` of its branch
+  of a union); over a union of operators the run reads what all of them decided, the
+  least of their horizons.
+* **Released.**  Nothing is too late for the run (the operators dropped their late
+  items): :class:`FedRelease` holds the results and the heartbeats the operators took
+  on time (:func:`~roses_app.algebra.latejoin.timely_heartbeats`) until the horizon
+  passes them, then gives them out in time order.
+
+The reference evaluator computes the same from the operators' whole outputs and last
+clocks (:func:`~roses_app.algebra.reference_time.released_run`); the Spark operator
+(:mod:`roses_app.spark.latesequential`) runs :class:`FedRelease` micro-batch after
+micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from roses_app.algebra.eventtime import branches, fed_operators, late_sequential
+from roses_app.algebra.latejoin import CLOCK_SEQ
+from roses_app.algebra.panes import Arrival
+from roses_app.algebra.plan import Aggregate, GroupBy, Node, SessionWindow, Window
+from roses_app.algebra.release import release_order
+
+# What names a window's result through its revisions (roses_app.xmlfn.stamp): its
+# guid, and " merged" after it on the notice of a session merged into another
+RESULT_NAME = "string-join((string(guid), *:window/@merged-into ! 'merged'), ' ')"
+MERGED = " merged"
+
+V = TypeVar("V")
+
+
+def fed_release(node: Node) -> bool:
+    """Whether ``node``'s released run reads operators' results (:func:`fed_operators`)."""
+    below = late_sequential(node)
+    return below is not None and fed_operators(below) is not None
+
+
+def fed_horizon(operator: Node, clock: int | None) -> int | None:
+    """The time before which ``operator``'s results are all out and final, at
+    ``clock`` (None: it has seen nothing)."""
+    if clock is None:
+        return None
+    window = operator.input if isinstance(operator, Aggregate | GroupBy) else None
+    spec = window.spec if isinstance(window, Window) else None
+    reach = spec.gap - 1 if isinstance(spec, SessionWindow) else 0
+    return clock - operator.lateness - reach  # type: ignore[attr-defined]
+
+
+def mark_seq(branch: int) -> int:
+    """The seq of the heartbeat row telling the horizon of a union's ``branch``."""
+    return CLOCK_SEQ - branch
+
+
+def last_versions(
+    results: Sequence[V], names: Sequence[str | None], seq: Callable[[V], int]
+) -> list[V]:
+    """Of results named by :data:`RESULT_NAME`, the last version of each (a revision
+    has the larger seq: its latest item), none of a session merged into another; the
+    unnamed ones all."""
+    last: dict[str, V] = {}
+    out: list[V] = []
+    for result, name in sorted(zip(results, names, strict=True), key=lambda pair: seq(pair[0])):
+        if name is None:
+            out.append(result)
+        else:
+            last[name.removesuffix(MERGED)] = result
+    gone = {name.removesuffix(MERGED) for name in names if name and name.endswith(MERGED)}
+    return out + [result for name, result in last.items() if name not in gone]
+
+
+class FedRelease:
+    """The horizons told and the events held back of a run over ``sources`` branches."""
+
+    def __init__(
+        self,
+        sources: int = 1,
+        marks: dict[int, int] | None = None,
+        held: list[Arrival] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.marks: dict[int, int] = marks or {}  # branch mark seq -> horizon
+        self.held: list[Arrival] = held or []
+
+    @property
+    def horizon(self) -> int | None:
+        """What every branch has decided (None until each has told)."""
+        if len(self.marks) < self.sources:
+            return None
+        return min(self.marks.values())
+
+    def advance(self, groups: Iterable[Sequence[Arrival]]) -> list[Arrival]:
+        """Arrival groups (results, heartbeats, horizons): the events released now, in
+        time order (the reference's event order)."""
+        for group in groups:
+            for a in group:
+                if a.item is None and a.seq <= CLOCK_SEQ:
+                    self.marks[a.seq] = max(a.time, self.marks.get(a.seq, a.time))
+            self._hold([a for a in group if a.item is not None or a.seq > CLOCK_SEQ])
+        horizon = self.horizon
+        if horizon is None:
+            return []
+        released = sorted((a for a in self.held if a.time < horizon), key=release_order)
+        self.held = [a for a in self.held if a.time >= horizon]
+        return released
+
+    def _hold(self, arrivals: list[Arrival]) -> None:
+        held = [*self.held, *arrivals]
+        self.held = last_versions(held, [a.key for a in held], lambda a: a.seq)
+
+    def dump(self) -> dict[str, Any]:
+        held = [[a.time, a.seq, a.item, *([a.key] if a.key else [])] for a in self.held]
+        return {"marks": self.marks, "held": held}
+
+    @classmethod
+    def load(cls, sources: int, saved: dict[str, Any] | None) -> FedRelease:
+        if saved is None:
+            return cls(sources)
+        marks = {int(seq): horizon for seq, horizon in saved["marks"].items()}
+        return cls(sources, marks, [Arrival(*entry) for entry in saved["held"]])
+
+
+__all__ = [
+    "MERGED",
+    "RESULT_NAME",
+    "FedRelease",
+    "branches",
+    "fed_horizon",
+    "fed_operators",
+    "fed_release",
+    "last_versions",
+    "mark_seq",
+]
