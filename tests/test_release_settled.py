@@ -286,6 +286,11 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
         operators = fed_operators(below)  # type: ignore[arg-type]
         assert operators is not None
         assert min(fed_horizon(op, clock) for op in operators) == clock - lateness  # type: ignore[type-var]
+    # roses explain names what a run reads
+    from roses_app.algebra.explain import describe
+
+    both = describe(config.streams["both"].plan)
+    assert "the results of Join at step pairs/join and WindowedGrouping at step" in both
 
 
 @pytest.mark.parametrize(

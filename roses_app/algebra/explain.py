@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from roses_app.algebra.eventtime import late_sequential, settled
+from roses_app.algebra.eventtime import fed_operators, late_sequential
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
@@ -157,10 +157,12 @@ def describe(node: Node) -> str:
         return f"Split Ψ by {node.by!r}"
     described = _describe_time_operator(node) or type(node).__name__
     below = late_sequential(node)
-    if below is not None and settled(below):
+    operators = None if below is None else fed_operators(below)
+    if operators:
+        named = " and ".join(f"{type(op).__name__} at step {op.origin.step}" for op in operators)
         described += (
-            f", on close: the results of {type(below).__name__} at step {below.origin.step}"
-            " released in time order once its lateness has passed"
+            f", on close: the results of {named} released in time order once decided"
+            " (their lateness passed)"
         )
     elif below is not None:
         described += ", on close: items released in time order once the lateness has passed"
