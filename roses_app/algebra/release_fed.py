@@ -36,10 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from roses_app.algebra.eventtime import branches, fed_operators, late_sequential
+from roses_app.algebra.eventtime import branches, fed_operators, late_sequential, late_windowed
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Aggregate, GroupBy, Node, SessionWindow, Window
+from roses_app.algebra.plan import Node, SessionWindow
 from roses_app.algebra.release import release_order
 
 # What names a window's result through its revisions (roses_app.xmlfn.stamp): its
@@ -61,9 +61,8 @@ def fed_horizon(operator: Node, clock: int | None) -> int | None:
     ``clock`` (None: it has seen nothing)."""
     if clock is None:
         return None
-    window = operator.input if isinstance(operator, Aggregate | GroupBy) else None
-    spec = window.spec if isinstance(window, Window) else None
-    reach = spec.gap - 1 if isinstance(spec, SessionWindow) else 0
+    windowed = late_windowed(operator)
+    reach = windowed[1].gap - 1 if windowed and isinstance(windowed[1], SessionWindow) else 0
     return clock - operator.lateness - reach  # type: ignore[attr-defined]
 
 
@@ -125,6 +124,9 @@ class FedRelease:
         return released
 
     def _hold(self, arrivals: list[Arrival]) -> None:
+        if not any(a.key for a in arrivals):  # nothing named: no version replaces another
+            self.held += arrivals
+            return
         held = [*self.held, *arrivals]
         self.held = last_versions(held, [a.key for a in held], lambda a: a.seq)
 

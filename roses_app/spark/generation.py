@@ -21,7 +21,7 @@ from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.tails import plan_tails
 from roses_app.spark.fused import TAIL_INPUT, tail_frame
 from roses_app.spark.lower import LowerContext, compile_stream, heartbeat, lower
-from roses_app.spark.registry import EVENT_COLUMNS, above_watermark
+from roses_app.spark.registry import EVENT_COLUMNS, above_watermark, union_all
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +54,6 @@ def stateful_frame(
         frames.append(tail_frame(union_all(heads), tails.program, tails.streams_of, ctx.errors))
     log.debug("query %s: %s", name, tails.describe())
     return union_all(frames)
-
-
-def union_all(frames: Sequence[DataFrame]) -> DataFrame:
-    """The rows of all ``frames`` (equal columns), one frame."""
-    frame = frames[0]
-    for other in frames[1:]:
-        frame = frame.unionByName(other)
-    return frame
 
 
 def frontier_columns(node: Node) -> tuple[str, ...]:

@@ -29,6 +29,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import (
     branches,
+    fed_operators,
     late_sequential,
     publishes_late,
     released_chain,
@@ -39,7 +40,7 @@ from roses_app.algebra.lateness import LATE_PART, arrival_groups
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Aggregate, Delta, GroupBy, Nest, Node, TimeWindow, Window
 from roses_app.algebra.release import Release, release_lateness
-from roses_app.algebra.release_fed import RESULT_NAME, FedRelease, fed_release, mark_seq
+from roses_app.algebra.release_fed import RESULT_NAME, FedRelease, mark_seq
 from roses_app.algebra.windows import closed_windows, open_after, periodic_input
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
@@ -50,7 +51,14 @@ from roses_app.spark.late import (
     read_arrivals,
     timed_input,
 )
-from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower, register
+from roses_app.spark.registry import (
+    EVENT_COLUMNS,
+    LowerContext,
+    Namespaces,
+    lower,
+    register,
+    union_all,
+)
 from roses_app.spark.sequential import (
     Event,
     Memory,
@@ -173,18 +181,18 @@ class LateSequentialProcessor(JsonStateProcessor):
         lateness: int,
         on_error: udfs.ErrorHook,
         tallies: Accumulator[dict[str, int]] | None,
+        fed: int = 0,
+        named: bool = False,
     ) -> None:
         super().__init__((), on_error, tallies)
         self.stream = node.origin.stream
         self.stages = tuple(stages)
         self.lateness = lateness
         self.late_part = publishes_late(node)
-        below = late_sequential(node)
-        assert below is not None
-        # over operators' results: their branches (each tells its horizon); a window's
+        # over operators' results: how many branches tell their horizon; a window's
         # results by their guid (fed_frame's key), so that a revision replaces
-        self.fed = len(branches(below)) if fed_release(node) else 0
-        self.named = revised_windows(below)
+        self.fed = fed
+        self.named = named
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -250,12 +258,15 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     assert below is not None
     lateness = release_lateness(node, ctx.lateness)
     stages = released_stages(node, ctx)
-    if fed_release(node):
-        frame = fed_frame(below, ctx)
+    fed = len(branches(below)) if fed_operators(below) is not None else 0
+    named = revised_windows(below)
+    if fed:
+        frame = fed_frame(below, named, ctx)
     else:
         frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
-    processor = LateSequentialProcessor(node, stages, lateness, ctx.on_error(node), ctx.errors)
+    hook = ctx.on_error(node)
+    processor = LateSequentialProcessor(node, stages, lateness, hook, ctx.errors, fed, named)
     out = rows.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=OUTPUT_DDL,
@@ -269,7 +280,7 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     return out.select(*EVENT_COLUMNS)
 
 
-def fed_frame(below: Node, ctx: LowerContext) -> DataFrame:
+def fed_frame(below: Node, named: bool, ctx: LowerContext) -> DataFrame:
     """The results of the operators ``below`` reads (their heartbeats and horizons
     among them, each branch's horizon under its own seq; not the items published as
     late), each result of a window named by its guid (``key``), which its revisions
@@ -279,12 +290,10 @@ def fed_frame(below: Node, ctx: LowerContext) -> DataFrame:
         told = F.col("item").isNull() & (F.col("seq") == F.lit(CLOCK_SEQ))
         seq = F.when(told, F.lit(mark_seq(branch))).otherwise(F.col("seq"))
         frames.append(lower(node, ctx).withColumn("seq", seq))
-    frame = frames[0]
-    for other in frames[1:]:
-        frame = frame.unionByName(other)
+    frame = union_all(frames)
     if "part" in frame.columns:
         frame = frame.where(F.col("part") != F.lit(LATE_PART))
-    if revised_windows(below):
+    if named:
         key = udfs.splitter_udf(RESULT_NAME, ctx.namespaces, ctx.on_error(below))(F.col("item"))
     else:
         key = F.lit(None).cast("string")

@@ -14,7 +14,7 @@ the complete registry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import singledispatch
 
@@ -78,6 +78,14 @@ register = _dispatch.register
 
 def has_handler(node_type: type) -> bool:
     return _dispatch.dispatch(node_type) is not _dispatch.dispatch(object)
+
+
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of all ``frames`` (equal columns), one frame."""
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame
 
 
 def with_watermark(events: DataFrame, lateness: int) -> DataFrame:

@@ -21,6 +21,7 @@ from roses_app.spark.registry import (
     heartbeat,
     lower,
     register,
+    union_all,
 )
 from roses_app.spark.udfs import ErrorHook
 
@@ -61,11 +62,7 @@ def _union(node: Union, ctx: LowerContext) -> DataFrame:
         # A union of plain sources reads the spool once instead of once per source.
         mine = F.col("source").isin(sources) | heartbeat()
         return ctx.events.where(above_watermark(mine)).select(*EVENT_COLUMNS)
-    frames = [lower(child, ctx) for child in node.inputs]
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result
+    return union_all([lower(child, ctx) for child in node.inputs])
 
 
 @register
