@@ -27,7 +27,6 @@ from roses_app.algebra.plan import (
     Window,
     WindowedGrouping,
     XQuery,
-    optimistic,
 )
 from roses_app.algebra.reference import RefInput
 
@@ -55,6 +54,8 @@ ACCESSORS = (
     "category[. = 'sport']",  # empty for most items: they are dropped (λ)
     ".",
 )
+# true of a window's result with few items, false once it has more (REDUCER's)
+RESULT_PREDICATES = ("category = ('1', '2')", "string-length(title) < 16")
 SPLITTERS = (
     "string(category)",
     "if (contains(title, 'lava')) then 'hot' else ()",  # empty: the item goes nowhere
@@ -330,18 +331,20 @@ def late_join_plans() -> st.SearchStrategy[Node]:
 
 def fed_operator_plans() -> st.SearchStrategy[Node]:
     """Operators over publication time whose results a released run reads: a join,
-    semijoin, difference or windowed grouping reporting on close (its results are
-    final when published), a filter or a map of one, a union of two of those (each
-    with its clock), or an aggregate or group over windows (any report policy: a
-    window's result is revised until the clock decides it)."""
-    settled = (late_join_plans() | late_grouping_plans()).filter(lambda n: not optimistic(n))
-    # final results: filtered or mapped before the release as after it
+    semijoin, difference or windowed grouping (reporting on close, or optimistically:
+    the run reads its final results), an aggregate or group over windows (any report
+    policy: a window's result is revised until the clock decides it), a filter or a
+    map of one, or a union of two of those (each with its clock).  Some filters keep
+    a window's early versions and drop its later ones."""
+    operators = late_join_plans() | late_grouping_plans()
+    operators |= late_window_plans().filter(revised_windows)
+    predicates = st.sampled_from((*PREDICATES, *RESULT_PREDICATES))
     read = (
-        settled
-        | st.builds(Filter, settled, st.sampled_from(PREDICATES))
-        | st.builds(Map, settled, st.sampled_from(ACCESSORS))
+        operators
+        | st.builds(Filter, operators, predicates)
+        | st.builds(Map, operators, st.sampled_from(ACCESSORS))
     )
     union = st.builds(lambda a, b: Union((a, b)), read, read).filter(
         lambda u: len(set(u.inputs)) == 2  # (a union of one input twice is that input)
     )
-    return read | union | late_window_plans().filter(revised_windows)
+    return read | union

@@ -85,8 +85,8 @@ def test_time_is_set_per_source_and_a_stream_overrides_it_for_the_sources_it_nam
 def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_reported(
     tmp_path: Path,
 ) -> None:
-    """With their line; an optimistic grouping's results are revised: an operator of
-    time reading them does not run (on close, they are final: a run reads them)."""
+    """With their line; a union of a grouping's results and items: no clock decides
+    the items, so an operator of time reading it does not run."""
     problems = problems_in(
         "sources:\n"
         "  wire: {feed: 'http://example.org/wire', time: pubdate}\n"
@@ -97,8 +97,8 @@ def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_rep
         "    filter: {from: blog, where: 'true()'}\n"
         "  last:\n"
         "    aggregate:\n"
-        "      from: {grouping: {from: blog, by: 'string(title)', window: 2, reduce: '<item/>',"
-        " report: optimistic}}\n"
+        "      from: {union: [blog, {grouping: {from: blog, by: 'string(title)', window: 2,"
+        " reduce: '<item/>'}}]}\n"
         "      reduce: '<item/>'\n",
         tmp_path,
     )
@@ -177,8 +177,8 @@ def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
     from roses_app.algebra.plan import Aggregate, Filter, Union, WindowedGrouping, XQuery
 
     wire = Source("wire", "published")
-    grouping = WindowedGrouping(wire, "string(title)", 2, XQuery("<item/>"), optimistic=True)
-    group = Aggregate(grouping, XQuery("<x/>"))
+    grouping = WindowedGrouping(wire, "string(title)", 2, XQuery("<item/>"))
+    group = Aggregate(Union((grouping, wire)), XQuery("<x/>"))  # no clock decides wire
     plan = Union((group, Filter(group, "true()"), Filter(wire, "true()")))
     order = [id(n) for n in inputs_first(plan)]
     for node in plan.walk():

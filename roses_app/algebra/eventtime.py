@@ -38,7 +38,6 @@ from roses_app.algebra.plan import (
     Union,
     Window,
     WindowedGrouping,
-    optimistic,
 )
 
 STATELESS = (Source, Filter, Map, Union, Split)
@@ -115,14 +114,16 @@ def late_grouped(node: Node) -> Node | None:
     return node.input
 
 
-def settled(node: Node) -> bool:
-    """Whether ``node`` is an operator over publication time whose results are final
-    when published, and each at a time its clock has not yet decided: a join, a
-    semijoin, a difference or a windowed grouping reporting on close.  Its results
-    are then an out-of-order input like the items themselves, complete before
-    ``clock - lateness`` after each arrival (:mod:`roses_app.algebra.release_fed`)."""
-    found = late_joined(node) is not None or late_grouped(node) is not None
-    return found and not optimistic(node)
+def decided(node: Node) -> bool:
+    """Whether ``node`` is an operator over publication time whose results a clock
+    decides, each at a time its clock has not yet decided: a join, a semijoin, a
+    difference or a windowed grouping.  Reporting on close, its results are final
+    when published; optimistically, they are taken back or replaced, and its final
+    ones are those its on-close twin publishes
+    (:func:`~roses_app.algebra.release_fed.fed_branches`).  Its final results are then an
+    out-of-order input like the items themselves, complete before ``clock - lateness``
+    after each arrival (:mod:`roses_app.algebra.release_fed`)."""
+    return late_joined(node) is not None or late_grouped(node) is not None
 
 
 def revised_windows(node: Node) -> bool:
@@ -137,28 +138,23 @@ def revised_windows(node: Node) -> bool:
     return late_windowed(node) is not None and event_timed(node)
 
 
-def _settled_below(node: Node) -> Node | None:
+def fed_below(node: Node) -> Node | None:
+    """The operator under the filters and maps from ``node`` down whose results a
+    released run reads (:func:`decided` or :func:`revised_windows`), if it is one."""
     below = node
     while isinstance(below, Filter | Map):
         below = below.input
-    return below if settled(below) else None
+    return below if decided(below) or revised_windows(below) else None
 
 
 def fed_operators(node: Node) -> list[Node] | None:
     """The operators whose results a released run reads, as their clocks decide them
     (:mod:`roses_app.algebra.release_fed`), when it reads ``node``, one per branch
-    (:func:`branches`): a :func:`settled` operator, or one under filters and maps
-    (its results are final: filtered before or after the release, the same ones go
-    through); a union of those; or :func:`revised_windows` read directly (a filter
-    could drop a window's last version and keep an earlier one).  None if ``node`` is
-    none of these."""
-    if isinstance(node, Union):
-        found = [_settled_below(child) for child in node.inputs]
-        return None if any(op is None for op in found) else found  # type: ignore[return-value]
-    one = _settled_below(node)
-    if one is not None:
-        return [one]
-    return [node] if revised_windows(node) else None
+    (:func:`branches`): a :func:`decided` operator or :func:`revised_windows`, or one
+    of them under filters and maps, or a union of those.  None if ``node`` is none of
+    these."""
+    found = [fed_below(child) for child in branches(node)]
+    return None if any(op is None for op in found) else found  # type: ignore[return-value]
 
 
 def branches(node: Node) -> tuple[Node, ...]:
@@ -321,9 +317,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
                 "nests over them or over the results (filtered or mapped, or a union of "
-                "them) of joins or groupings reporting on close, or over those of an "
-                "aggregate or group over windows, with an aggregate or a group on top "
-                "(not an operator reading optimistic results, or windows' results "
-                "filtered, mapped or in a union): read its sources with time: ingest"
+                "them) of joins, groupings, or aggregates or groups over windows, with "
+                "an aggregate or a group on top (not over a union of such results "
+                "with items): read its sources with time: ingest"
             ),
         )

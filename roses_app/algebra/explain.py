@@ -159,7 +159,11 @@ def describe(node: Node) -> str:
     below = late_sequential(node)
     operators = None if below is None else fed_operators(below)
     if operators:
-        named = " and ".join(f"{type(op).__name__} at step {op.origin.step}" for op in operators)
+        named = " and ".join(
+            f"{type(op).__name__} at step {op.origin.step}"
+            + (" (its final results, computed on close)" if optimistic(op) else "")
+            for op in operators
+        )
         described += (
             f", on close: the results of {named} released in time order once decided"
             " (their lateness passed)"

@@ -8,13 +8,19 @@ or the results of operators as their last clocks decided them
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from roses_app.algebra.eventtime import fed_operators, revised_windows
 from roses_app.algebra.lateness import Arrival, arrival_groups
 from roses_app.algebra.plan import Node
 from roses_app.algebra.reference_registry import Context, RefEvent, items_only, ordered, run
 from roses_app.algebra.release import Release
-from roses_app.algebra.release_fed import RESULT_NAME, fed_horizon, last_versions
+from roses_app.algebra.release_fed import (
+    RESULT_NAME,
+    FedBranch,
+    fed_branches,
+    fed_horizon,
+    last_versions,
+)
 
 
 def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node) -> list[RefEvent]:
@@ -28,22 +34,35 @@ def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node
 
 def fed_released(below: Node, ctx: Context) -> list[RefEvent]:
     """The results (and heartbeats on time) of the operators ``below`` reads
-    (:func:`~roses_app.algebra.eventtime.fed_operators`) that all their last clocks
-    decided, in time order; of a window's results, the last version."""
-    from roses_app.xmlfn import split_batch
-
-    operators = fed_operators(below)
-    assert operators is not None
-    results = items_only(run(below, ctx))
-    if revised_windows(below):
-        names = split_batch(RESULT_NAME, (), [e.item for e in results])
-        results = last_versions(results, names, lambda e: e.seq)
-    horizons = [fed_horizon(op, ctx.settled[op][0]) for op in operators]
+    (:func:`~roses_app.algebra.release_fed.fed_branches`) that all their last clocks
+    decided, in time order; of a window's results, the last version through its
+    branch's filters and maps."""
+    results: set[RefEvent] = set()
+    horizons: list[int | None] = []
+    beats: set[RefEvent] = set()
+    for branch in fed_branches(below):
+        results.update(items_only(_final_results(branch, ctx)))
+        clock, taken = ctx.settled[branch.operator]
+        horizons.append(fed_horizon(branch.operator, clock))
+        beats.update(taken)
     if any(h is None for h in horizons):
         return []
     horizon = min(h for h in horizons if h is not None)
-    beats = {e for op in operators for e in ctx.settled[op][1]}
     return ordered(e for e in [*results, *beats] if e.ts < horizon)
+
+
+def _final_results(branch: FedBranch, ctx: Context) -> list[RefEvent]:
+    """What ``branch`` gives the run: of windows' results, the tail over the last
+    version of each (a context of its own holds them as the operator's output)."""
+    from roses_app.xmlfn import split_batch
+
+    found = run(branch.operator, ctx)
+    if not branch.named:
+        return run(branch.node, ctx)
+    results = items_only(found)
+    names = split_batch(RESULT_NAME, (), [e.item for e in results])
+    last = ordered(last_versions(results, names, lambda e: e.seq))
+    return run(branch.node, replace(ctx, memo={branch.operator: last}))
 
 
 __all__ = ["fed_released", "released"]

@@ -34,18 +34,29 @@ micro-batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from roses_app.algebra.eventtime import branches, fed_operators, late_sequential, late_windowed
+from roses_app.algebra.eventtime import (
+    branches,
+    fed_below,
+    fed_operators,
+    late_sequential,
+    late_windowed,
+    revised_windows,
+)
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Node, SessionWindow
+from roses_app.algebra.plan import Diff, Filter, Join, Map, Node, SessionWindow, WindowedGrouping
 from roses_app.algebra.release import release_order
 
 # What names a window's result through its revisions (roses_app.xmlfn.stamp): its
 # guid, and " merged" after it on the notice of a session merged into another
 RESULT_NAME = "string-join((string(guid), *:window/@merged-into ! 'merged'), ' ')"
 MERGED = " merged"
+# A version of a window's result that a filter or a map of its branch dropped: it
+# still replaces the earlier versions (NUL is in no XML document)
+DROPPED = "\0"
 
 V = TypeVar("V")
 
@@ -64,6 +75,42 @@ def fed_horizon(operator: Node, clock: int | None) -> int | None:
     windowed = late_windowed(operator)
     reach = windowed[1].gap - 1 if windowed and isinstance(windowed[1], SessionWindow) else 0
     return clock - operator.lateness - reach  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class FedBranch:
+    """One branch of what a released run reads (:func:`fed_branches`)."""
+
+    node: Node  # what the engines compute: the branch, with its operator's final results
+    operator: Node  # the operator in ``node`` whose clock decides the branch
+    tail: tuple[Filter | Map, ...]  # the filters and maps between them, the lowest first
+    named: bool  # windows' results: each named (RESULT_NAME), a revision replaces it
+
+
+def fed_branches(below: Node) -> list[FedBranch]:
+    """The branches a released run reads ``below`` by (see :func:`fed_operators`).
+    An optimistic operator's final results are those its on-close twin publishes
+    (a result taken back or replaced was never final), so the branch reads the twin.
+    Of a window's results, the run reads the last version through the branch's
+    filters and maps: a filter dropping it drops that result, not its revision."""
+    out: list[FedBranch] = []
+    for branch in branches(below):
+        operator = fed_below(branch)
+        assert operator is not None, f"{branch} is not fed by an operator"
+        tail: list[Filter | Map] = []
+        current = branch
+        while current is not operator:
+            assert isinstance(current, Filter | Map)
+            tail.append(current)
+            current = current.input
+        final = operator
+        if isinstance(operator, Join | Diff | WindowedGrouping) and operator.optimistic:
+            final = replace(operator, optimistic=False)
+        node = final
+        for step in reversed(tail):
+            node = replace(step, input=node)
+        out.append(FedBranch(node, final, tuple(reversed(tail)), revised_windows(operator)))
+    return out
 
 
 def mark_seq(branch: int) -> int:
@@ -119,9 +166,12 @@ class FedRelease:
         horizon = self.horizon
         if horizon is None:
             return []
-        released = sorted((a for a in self.held if a.time < horizon), key=release_order)
+        # a union is a set: an event two branches have is one
+        released = {
+            (a.time, a.seq, a.item): a for a in self.held if a.time < horizon and a.item != DROPPED
+        }
         self.held = [a for a in self.held if a.time >= horizon]
-        return released
+        return sorted(released.values(), key=release_order)
 
     def _hold(self, arrivals: list[Arrival]) -> None:
         if not any(a.key for a in arrivals):  # nothing named: no version replaces another
@@ -143,10 +193,13 @@ class FedRelease:
 
 
 __all__ = [
+    "DROPPED",
     "MERGED",
     "RESULT_NAME",
+    "FedBranch",
     "FedRelease",
     "branches",
+    "fed_branches",
     "fed_horizon",
     "fed_operators",
     "fed_release",

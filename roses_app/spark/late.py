@@ -165,16 +165,19 @@ class StateSlices:
         self.state.removeKey(self._key(chunk))
 
 
-def read_arrivals(frames: Iterator[pd.DataFrame], key: str | None) -> list[tuple[int, Arrival]]:
+def read_arrivals(
+    frames: Iterator[pd.DataFrame], key: str | None, *, unkeyed: bool = False
+) -> list[tuple[int, Arrival]]:
     """(ingest time, arrival) of each input row: an item at its publication time (or
     its ingest time), a heartbeat at its time; with a ``key`` column (γ's key, a
-    join's side) in ``Arrival.key``, and an item without one goes nowhere."""
+    join's side) in ``Arrival.key``, and an item without one goes nowhere (with
+    ``unkeyed``, it is taken without a key)."""
     out: list[tuple[int, Arrival]] = []
     for frame in frames:
         names = ("ts", "seq", "item", "event", key or "event")
         columns = [frame[c].tolist() for c in names]
         for ts, seq, item, event, found in zip(*columns, strict=True):
-            if key is not None and item is not None and found is None:
+            if key is not None and item is not None and found is None and not unkeyed:
                 continue
             when = int(ts) if event is None or pd.isna(event) else int(event)
             out.append((int(ts), Arrival(when, int(seq), item, found if key else None)))

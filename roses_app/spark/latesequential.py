@@ -28,19 +28,33 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import (
-    branches,
     fed_operators,
     late_sequential,
     publishes_late,
     released_chain,
-    revised_windows,
 )
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Aggregate, Delta, GroupBy, Nest, Node, TimeWindow, Window
+from roses_app.algebra.plan import (
+    Aggregate,
+    Delta,
+    Filter,
+    GroupBy,
+    Nest,
+    Node,
+    TimeWindow,
+    Window,
+)
 from roses_app.algebra.release import Release, release_lateness
-from roses_app.algebra.release_fed import RESULT_NAME, FedRelease, mark_seq
+from roses_app.algebra.release_fed import (
+    DROPPED,
+    RESULT_NAME,
+    FedBranch,
+    FedRelease,
+    fed_branches,
+    mark_seq,
+)
 from roses_app.algebra.windows import closed_windows, open_after, periodic_input
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
@@ -199,7 +213,11 @@ class LateSequentialProcessor(JsonStateProcessor):
     ) -> Iterator[pd.DataFrame]:
         saved = self.load_state() or {}
         memory = load_memory(saved.get("memory"))
-        groups = arrival_groups(read_arrivals(rows, "key" if self.named else None))
+        # over operators' results, windows' results are named, the others are not
+        named = (
+            read_arrivals(rows, "key", unkeyed=True) if self.named else read_arrivals(rows, None)
+        )
+        groups = arrival_groups(named)
         release: Release | FedRelease
         late: list[Arrival] = []  # nothing is too late for a run over operators' results
         if self.fed:
@@ -258,10 +276,10 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     assert below is not None
     lateness = release_lateness(node, ctx.lateness)
     stages = released_stages(node, ctx)
-    fed = len(branches(below)) if fed_operators(below) is not None else 0
-    named = revised_windows(below)
+    branches = fed_branches(below) if fed_operators(below) is not None else []
+    fed, named = len(branches), any(b.named for b in branches)
     if fed:
-        frame = fed_frame(below, named, ctx)
+        frame = fed_frame(branches, ctx)
     else:
         frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
@@ -280,24 +298,52 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     return out.select(*EVENT_COLUMNS)
 
 
-def fed_frame(below: Node, named: bool, ctx: LowerContext) -> DataFrame:
-    """The results of the operators ``below`` reads (their heartbeats and horizons
-    among them, each branch's horizon under its own seq; not the items published as
-    late), each result of a window named by its guid (``key``), which its revisions
-    keep."""
+def fed_frame(fed: Sequence[FedBranch], ctx: LowerContext) -> DataFrame:
+    """The results of the branches a released run reads (their heartbeats and
+    horizons among them, each branch's horizon under its own seq; not the items
+    published as late), each result of a window named by its branch and guid
+    (``key``), which its revisions keep."""
     frames = []
-    for branch, node in enumerate(branches(below)):
+    for index, branch in enumerate(fed):
+        if branch.named:
+            frame = named_tail(branch, index, ctx)
+        else:
+            frame = lower(branch.node, ctx).withColumn("key", F.lit(None).cast("string"))
         told = F.col("item").isNull() & (F.col("seq") == F.lit(CLOCK_SEQ))
-        seq = F.when(told, F.lit(mark_seq(branch))).otherwise(F.col("seq"))
-        frames.append(lower(node, ctx).withColumn("seq", seq))
+        seq = F.when(told, F.lit(mark_seq(index))).otherwise(F.col("seq"))
+        frames.append(frame.withColumn("seq", seq))
     frame = union_all(frames)
     if "part" in frame.columns:
         frame = frame.where(F.col("part") != F.lit(LATE_PART))
-    if named:
-        key = udfs.splitter_udf(RESULT_NAME, ctx.namespaces, ctx.on_error(below))(F.col("item"))
-    else:
-        key = F.lit(None).cast("string")
-    return frame.withColumn("event", F.lit(None).cast("bigint")).withColumn("key", key)
+    return frame.withColumn("event", F.lit(None).cast("bigint"))
+
+
+def named_tail(branch: FedBranch, index: int, ctx: LowerContext) -> DataFrame:
+    """A branch of windows' results: each named by its branch and guid, then through
+    the branch's filters and maps, a version they drop kept as :data:`DROPPED` (it
+    still replaces the earlier versions)."""
+    frame = lower(branch.operator, ctx)
+    if "part" in frame.columns:
+        frame = frame.where(F.col("part") != F.lit(LATE_PART)).drop("part")
+    name = udfs.splitter_udf(RESULT_NAME, ctx.namespaces, ctx.on_error(branch.operator))
+    frame = frame.withColumn("key", F.concat(F.lit(f"{index} "), name(F.col("item"))))
+    item = F.col("item")
+    for step in branch.tail:
+        live = F.when(item == F.lit(DROPPED), F.lit(None)).otherwise(item)  # heartbeats: null
+        hook = ctx.on_error(step)
+        if isinstance(step, Filter):
+            kept = udfs.observer_udf(step.where, ctx.namespaces, hook)(live)
+            new = F.when(kept, item).otherwise(F.lit(DROPPED))
+        else:
+            function = (
+                udfs.mutator_udf(step.xquery, ctx.namespaces, hook)
+                if step.xquery is not None
+                else udfs.accessor_udf(step.xpath, ctx.namespaces, hook)
+            )
+            mapped = function(live)
+            new = F.when(mapped.isNull(), F.lit(DROPPED)).otherwise(mapped)
+        frame = frame.withColumn("item", F.when(live.isNull(), item).otherwise(new))
+    return frame
 
 
 @register(Window)
