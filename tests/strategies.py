@@ -334,17 +334,30 @@ def fed_operator_plans() -> st.SearchStrategy[Node]:
     semijoin, difference or windowed grouping (reporting on close, or optimistically:
     the run reads its final results), an aggregate or group over windows (any report
     policy: a window's result is revised until the clock decides it), a filter or a
-    map of one, or a union of two of those (each with its clock).  Some filters keep
-    a window's early versions and drop its later ones."""
+    map of one, or a union of one of those with another (each with its clock) or
+    with items (:func:`fed_item_unions`).  Some filters keep a window's early
+    versions and drop its later ones."""
+    read = fed_reads()
+    union = st.builds(lambda a, b: Union((a, b)), read, read).filter(
+        lambda u: len(set(u.inputs)) == 2  # (a union of one input twice is that input)
+    )
+    return read | union | fed_item_unions()
+
+
+def fed_reads() -> st.SearchStrategy[Node]:
+    """One operator of :func:`fed_operator_plans`, filtered, mapped or not."""
     operators = late_join_plans() | late_grouping_plans()
     operators |= late_window_plans().filter(revised_windows)
     predicates = st.sampled_from((*PREDICATES, *RESULT_PREDICATES))
-    read = (
+    return (
         operators
         | st.builds(Filter, operators, predicates)
         | st.builds(Map, operators, st.sampled_from(ACCESSORS))
     )
-    union = st.builds(lambda a, b: Union((a, b)), read, read).filter(
-        lambda u: len(set(u.inputs)) == 2  # (a union of one input twice is that input)
-    )
-    return read | union
+
+
+def fed_item_unions() -> st.SearchStrategy[Node]:
+    """A union of an operator's results (:func:`fed_reads`) and items in publication
+    time, which the run's own clock decides."""
+    items = plans(max_leaves=2).map(published_time)
+    return st.builds(lambda a, b: Union((a, b)), fed_reads(), items)

@@ -85,8 +85,9 @@ def test_time_is_set_per_source_and_a_stream_overrides_it_for_the_sources_it_nam
 def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_reported(
     tmp_path: Path,
 ) -> None:
-    """With their line; a union of a grouping's results and items: no clock decides
-    the items, so an operator of time reading it does not run."""
+    """With their line; an aggregate over a run over a grouping's results: the run's
+    results come in time order, but no clock tells what the run has decided, so an
+    operator of time reading them does not run."""
     problems = problems_in(
         "sources:\n"
         "  wire: {feed: 'http://example.org/wire', time: pubdate}\n"
@@ -97,8 +98,8 @@ def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_rep
         "    filter: {from: blog, where: 'true()'}\n"
         "  last:\n"
         "    aggregate:\n"
-        "      from: {union: [blog, {grouping: {from: blog, by: 'string(title)', window: 2,"
-        " reduce: '<item/>'}}]}\n"
+        "      from: {aggregate: {from: {grouping: {from: blog, by: 'string(title)', window: 2,"
+        " reduce: '<item/>'}}, reduce: '<item/>'}}\n"
         "      reduce: '<item/>'\n",
         tmp_path,
     )
@@ -178,7 +179,7 @@ def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
 
     wire = Source("wire", "published")
     grouping = WindowedGrouping(wire, "string(title)", 2, XQuery("<item/>"))
-    group = Aggregate(Union((grouping, wire)), XQuery("<x/>"))  # no clock decides wire
+    group = Aggregate(Aggregate(grouping, XQuery("<y/>")), XQuery("<x/>"))  # a run's results
     plan = Union((group, Filter(group, "true()"), Filter(wire, "true()")))
     order = [id(n) for n in inputs_first(plan)]
     for node in plan.walk():

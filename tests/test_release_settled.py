@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import (
     SPARK_EXAMPLES,
+    fed_item_unions,
     fed_operator_plans,
     out_of_order_event_lists,
     released_chains,
@@ -49,12 +50,15 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
 )
 from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.release import release_lateness
 from roses_app.algebra.release_fed import (
     DROPPED,
+    ITEMS,
     RESULT_NAME,
     FedRelease,
     fed_branches,
     fed_horizon,
+    fed_items,
     fed_release,
     mark_seq,
 )
@@ -184,10 +188,12 @@ def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list
     context = SimpleNamespace(namespaces=(), on_error=lambda node: failed)
     stages = released_stages(plan, context)  # type: ignore[arg-type]
     runs = [operator_batches(b.operator, events, cuts) for b in fed]
+    items = item_batches(fed_items(below), events, cuts)
+    lateness = release_lateness(plan, 0) if items else None
     saved: dict[str, Any] = {}
     published: list[Row] = []
     for batch in range(len(cuts) + 1):
-        arrivals: list[tuple[int, Arrival]] = []
+        arrivals: list[tuple[int, Arrival]] = list(items.get(batch, []))
         for index, (branch, run) in enumerate(zip(fed, runs, strict=True)):
             results, beats, horizon = run[batch]
             if branch.named:  # each result by its guid: its revisions replace it
@@ -205,13 +211,36 @@ def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list
             arrivals += [(a.time, Arrival(a.time, a.seq, None)) for a in beats]
             if horizon is not None:
                 arrivals.append((horizon, Arrival(horizon, mark_seq(index), None)))
-        release = FedRelease.load(len(fed), saved.get("release"))
+        sources = len(fed) + (lateness is not None)
+        release = FedRelease.load(sources, saved.get("release"), lateness)
         memory = load_memory(saved.get("memory"))
-        out = release.advance(arrival_groups(arrivals))
+        out, _ = release.advance(arrival_groups(arrivals))
         found = process(stages, memory, [Event(a.time, a.seq, a.item) for a in out], 0, failed)
         published += [(e.ts, e.seq, e.item) for e in found if e.item is not None]
         saved = json.loads(json.dumps({"release": release.dump(), "memory": dump_memory(memory)}))
     return published
+
+
+def item_batches(
+    items: list[Node], events: list[RefInput], cuts: list[int]
+) -> dict[int, list[tuple[int, Arrival]]]:
+    """Per micro-batch (cut before the ingest times ``cuts``), the events of the item
+    branches of a union (their frontier rows, heartbeats among them) at their ingest
+    times, keyed ITEMS."""
+    if not items:
+        return {}
+    streams = [Stream(f"i{n}", node) for n, node in enumerate(items)]
+    found = evaluate_streams(streams, events)
+    ingest = {e.seq: e.ts for e in events}
+    rows = {(e.ts, e.seq, None) for e in events if e.item is None}
+    rows |= {(e.ts, e.seq, e.item) for s in streams for e in found[s.name].get("", []) if e.item}
+    out: dict[int, list[tuple[int, Arrival]]] = {}
+    for ts, seq, item in rows:
+        at = ingest[seq]
+        out.setdefault(bisect_right(sorted(cuts), at), []).append(
+            (at, Arrival(ts, seq, item, ITEMS))
+        )
+    return out
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -227,27 +256,43 @@ def test_a_run_over_an_operators_results_cut_into_micro_batches_equals_the_refer
     assert sorted(chained_results(plan, events, cuts)) == sorted(tuple(e) for e in expected)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plan=released_chains(fed_item_unions()),
+    cuts=st.lists(st.integers(1, 30), max_size=4),
+)
+def test_a_run_over_an_operators_results_and_items_equals_the_reference(
+    events: list[RefInput], plan: Node, cuts: list[int]
+) -> None:
+    """The items go through the run's own release (too late: dropped), the operator's
+    results through its clock; the run waits for both."""
+    expected = evaluate_streams([Stream("s", plan)], events)["s"][""]
+    assert sorted(chained_results(plan, events, cuts)) == sorted(tuple(e) for e in expected)
+
+
 def test_results_wait_for_the_horizon_told_and_come_out_in_time_order() -> None:
     """Results come out of order and nothing is too late; the horizon an operator
     tells (a heartbeat at seq -1) is not released, a heartbeat that came is."""
     release = FedRelease()
-    out = release.advance([[Arrival(20, 4, "<item>b</item>"), Arrival(15, -1, None)]])
+    out, _ = release.advance([[Arrival(20, 4, "<item>b</item>"), Arrival(15, -1, None)]])
     assert out == []  # 20 is not before the horizon 15
     arrivals = [Arrival(12, 2, "<item>a</item>"), Arrival(26, 7, None), Arrival(25, -1, None)]
-    out = release.advance([arrivals])
+    out, _ = release.advance([arrivals])
     # 12 is 13 before the horizon: the operator had decided it was on time
     assert [(a.time, a.item) for a in out] == [(12, "<item>a</item>"), (20, "<item>b</item>")]
-    out = release.advance([[Arrival(35, -1, None)]])
+    out, late = release.advance([[Arrival(35, -1, None)]])
     assert [(a.time, a.seq, a.item) for a in out] == [(26, 7, None)]  # not the horizons
+    assert late == []
 
 
 def test_over_a_union_the_least_horizon_of_its_branches_decides() -> None:
     release = FedRelease(2)
     first = [Arrival(5, 3, "<item>a</item>"), Arrival(30, mark_seq(0), None)]
-    assert release.advance([first]) == []  # branch 1 has told nothing yet
+    assert release.advance([first]) == ([], [])  # branch 1 has told nothing yet
     saved = json.loads(json.dumps(release.dump()))
     release = FedRelease.load(2, saved)
-    out = release.advance([[Arrival(10, mark_seq(1), None), Arrival(8, 4, "<item>b</item>")]])
+    out, _ = release.advance([[Arrival(10, mark_seq(1), None), Arrival(8, 4, "<item>b</item>")]])
     assert [a.item for a in out] == ["<item>a</item>", "<item>b</item>"]  # before 10
     assert release.horizon == 10
 
@@ -291,7 +336,9 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
         + "  later_big: {window: {from: big, count: 3}}\n"
         + "  titles: {delta: {from: {window: {from: {map: {from: tens, xpath: 'title'}},"
         + " count: 2}}}}\n"
-        + "  mixed: {window: {from: {union: [by_hour, pairs]}, count: 3}}\n",
+        + "  mixed: {window: {from: {union: [by_hour, pairs]}, count: 3}}\n"
+        # a union of an operator's results with items, which the run's clock decides
+        + "  with_items: {window: {from: {union: [wire, pairs, blog]}, count: 3}}\n",
         tmp_path / "feeds.yaml",
     )
     latenesses = {"hourly": 7_200_000_000, "recent": 7_200_000_000, "new_firsts": 0}
@@ -300,6 +347,7 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
     latenesses["new_visits"] = 7_200_000_000 + 3_600_000_000 - 1  # and a session's gap
     latenesses |= {"later": 3_600_000_000, "later_big": 1_800_000_000, "titles": 0}
     latenesses["mixed"] = 7_200_000_000  # the least horizon: the join's
+    latenesses["with_items"] = 7_200_000_000  # the join's (settings.lateness: 0)
     clock = 10**12
     for name, lateness in latenesses.items():
         plan = config.streams[name].plan
@@ -321,9 +369,11 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
 @pytest.mark.parametrize(
     ("stream", "step"),
     [
-        # a union of an operator's results and items: the items have no horizon told
+        # a run over a run's results: no clock tells what it has decided
         (
-            "  later: {window: {from: {union: [wire, pairs]}, count: 3}}\n",
+            "  hourly: {aggregate: {from: {window: {from: pairs, time: 1h, every: 1h}},"
+            " reduce: '<item/>'}}\n"
+            "  later: {window: {from: hourly, count: 3}}\n",
             "Window at step later/window",
         ),
     ],
@@ -333,7 +383,7 @@ def test_a_run_over_results_no_clock_decides_is_still_refused_with_its_line(
 ) -> None:
     problems = problems_in(HEAD + stream, tmp_path)
     assert len(problems) == 1 and step in problems[0], problems
-    assert "not over a union of such results with items" in problems[0]
+    assert "runs of windows, deltas and nests over them" in problems[0]
 
 
 @pytest.mark.spark

@@ -150,11 +150,21 @@ def fed_below(node: Node) -> Node | None:
 def fed_operators(node: Node) -> list[Node] | None:
     """The operators whose results a released run reads, as their clocks decide them
     (:mod:`roses_app.algebra.release_fed`), when it reads ``node``, one per branch
-    (:func:`branches`): a :func:`decided` operator or :func:`revised_windows`, or one
-    of them under filters and maps, or a union of those.  None if ``node`` is none of
-    these."""
+    (:func:`branches`) that is a :func:`decided` operator or :func:`revised_windows`,
+    or one of them under filters and maps; over a union, the other branches are
+    stateless plans of items (:func:`fed_items`), which the run's own clock decides.
+    None if ``node`` is none of these."""
     found = [fed_below(child) for child in branches(node)]
-    return None if any(op is None for op in found) else found  # type: ignore[return-value]
+    operators = [op for op in found if op is not None]
+    if not operators or any(not stateless(child) for child in fed_items(node)):
+        return None
+    return operators
+
+
+def fed_items(node: Node) -> list[Node]:
+    """The branches of a union a released run reads that no operator decides (see
+    :func:`fed_operators`): items, which the run releases as it would alone."""
+    return [child for child in branches(node) if fed_below(child) is None]
 
 
 def branches(node: Node) -> tuple[Node, ...]:
@@ -317,8 +327,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
                 "nests over them or over the results (filtered or mapped, or a union of "
-                "them) of joins, groupings, or aggregates or groups over windows, with "
-                "an aggregate or a group on top (not over a union of such results "
-                "with items): read its sources with time: ingest"
+                "them, with items or not) of joins, groupings, or aggregates or "
+                "groups over windows, with an aggregate or a group on top: read its "
+                "sources with time: ingest"
             ),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from roses_app.algebra.eventtime import fed_operators, late_sequential
+from roses_app.algebra.eventtime import fed_items, fed_operators, late_sequential
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
@@ -158,12 +158,15 @@ def describe(node: Node) -> str:
     described = _describe_time_operator(node) or type(node).__name__
     below = late_sequential(node)
     operators = None if below is None else fed_operators(below)
-    if operators:
+    if below is not None and operators:
         named = " and ".join(
             f"{type(op).__name__} at step {op.origin.step}"
             + (" (its final results, computed on close)" if optimistic(op) else "")
             for op in operators
         )
+        items = fed_items(below)
+        if items:
+            named += f" and the items of {len(items)} other branch(es) (with the run's lateness)"
         described += (
             f", on close: the results of {named} released in time order once decided"
             " (their lateness passed)"

@@ -19,6 +19,7 @@ from roses_app.algebra.release_fed import (
     FedBranch,
     fed_branches,
     fed_horizon,
+    fed_items,
     last_versions,
 )
 
@@ -26,29 +27,44 @@ from roses_app.algebra.release_fed import (
 def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node) -> list[RefEvent]:
     """``events`` as a :class:`Release` with ``lateness`` gives them out, from the whole
     list; the items too late go to ``ctx.late[node]``."""
+    return _release(events, ctx, lateness, node)[0]
+
+
+def _release(
+    events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node
+) -> tuple[list[RefEvent], Release]:
     arrivals = [(ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item)) for e in events]
-    out, late = Release(lateness).advance(arrival_groups(arrivals))
+    release = Release(lateness)
+    out, late = release.advance(arrival_groups(arrivals))
     ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in late]
-    return [RefEvent(a.time, a.seq, a.item) for a in out]
+    return [RefEvent(a.time, a.seq, a.item) for a in out], release
 
 
-def fed_released(below: Node, ctx: Context) -> list[RefEvent]:
+def fed_released(below: Node, ctx: Context, node: Node, lateness: int) -> list[RefEvent]:
     """The results (and heartbeats on time) of the operators ``below`` reads
     (:func:`~roses_app.algebra.release_fed.fed_branches`) that all their last clocks
     decided, in time order; of a window's results, the last version through its
-    branch's filters and maps."""
-    results: set[RefEvent] = set()
+    branch's filters and maps.  The items of a union's other branches
+    (:func:`~roses_app.algebra.eventtime.fed_items`) as a :class:`Release` with
+    ``lateness`` gives them out, its horizon one more (the items too late go to
+    ``ctx.late[node]``)."""
+    events: set[RefEvent] = set()
     horizons: list[int | None] = []
-    beats: set[RefEvent] = set()
     for branch in fed_branches(below):
-        results.update(items_only(_final_results(branch, ctx)))
+        events.update(items_only(_final_results(branch, ctx)))
         clock, taken = ctx.settled[branch.operator]
         horizons.append(fed_horizon(branch.operator, clock))
-        beats.update(taken)
+        events.update(taken)
+    items = fed_items(below)
+    if items:
+        union = ordered({e for child in items for e in run(child, ctx)})
+        out, release = _release(union, ctx, lateness, node)
+        events.update(out)
+        horizons.append(None if release.clock is None else release.clock - lateness)
     if any(h is None for h in horizons):
         return []
     horizon = min(h for h in horizons if h is not None)
-    return ordered(e for e in [*results, *beats] if e.ts < horizon)
+    return ordered(e for e in events if e.ts < horizon)
 
 
 def _final_results(branch: FedBranch, ctx: Context) -> list[RefEvent]:

@@ -282,10 +282,11 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
     below = late_sequential(top)
     assert below is not None
     stop = top if stop is None else stop
+    lateness = release_lateness(top, ctx.lateness)
     if fed_release(top):
-        events = fed_released(below, ctx)
+        events = fed_released(below, ctx, top, lateness)
     else:
-        events = released(run(below, ctx), ctx, release_lateness(top, ctx.lateness), top)
+        events = released(run(below, ctx), ctx, lateness, top)
     if stop is below:
         return events
     for node in released_chain(top):

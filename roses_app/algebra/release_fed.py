@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from roses_app.algebra.eventtime import (
     branches,
     fed_below,
+    fed_items,
     fed_operators,
     late_sequential,
     late_windowed,
@@ -48,7 +49,7 @@ from roses_app.algebra.eventtime import (
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import Diff, Filter, Join, Map, Node, SessionWindow, WindowedGrouping
-from roses_app.algebra.release import release_order
+from roses_app.algebra.release import Release, release_order
 
 # What names a window's result through its revisions (roses_app.xmlfn.stamp): its
 # guid, and " merged" after it on the notice of a session merged into another
@@ -57,6 +58,8 @@ MERGED = " merged"
 # A version of a window's result that a filter or a map of its branch dropped: it
 # still replaces the earlier versions (NUL is in no XML document)
 DROPPED = "\0"
+# The key of the items of a union with operators' results (fed_items)
+ITEMS = "\0items"
 
 V = TypeVar("V")
 
@@ -96,7 +99,8 @@ def fed_branches(below: Node) -> list[FedBranch]:
     out: list[FedBranch] = []
     for branch in branches(below):
         operator = fed_below(branch)
-        assert operator is not None, f"{branch} is not fed by an operator"
+        if operator is None:  # items (fed_items)
+            continue
         tail: list[Filter | Map] = []
         current = branch
         while current is not operator:
@@ -136,17 +140,22 @@ def last_versions(
 
 
 class FedRelease:
-    """The horizons told and the events held back of a run over ``sources`` branches."""
+    """The horizons told and the events held back of a run over ``sources`` branches;
+    with ``items``, the last of them is items (keyed :data:`ITEMS`), which that
+    :class:`~roses_app.algebra.release.Release` decides as it would alone: its
+    horizon is its clock less its lateness, and what it finds too late is dropped."""
 
     def __init__(
         self,
         sources: int = 1,
         marks: dict[int, int] | None = None,
         held: list[Arrival] | None = None,
+        items: Release | None = None,
     ) -> None:
         self.sources = sources
         self.marks: dict[int, int] = marks or {}  # branch mark seq -> horizon
         self.held: list[Arrival] = held or []
+        self.items = items
 
     @property
     def horizon(self) -> int | None:
@@ -155,23 +164,39 @@ class FedRelease:
             return None
         return min(self.marks.values())
 
-    def advance(self, groups: Iterable[Sequence[Arrival]]) -> list[Arrival]:
-        """Arrival groups (results, heartbeats, horizons): the events released now, in
-        time order (the reference's event order)."""
+    def advance(self, groups: Iterable[Sequence[Arrival]]) -> tuple[list[Arrival], list[Arrival]]:
+        """Arrival groups (results, heartbeats, horizons; items): the events released
+        now, in time order (the reference's event order), and the items too late."""
+        late: list[Arrival] = []
         for group in groups:
+            if self.items is not None:
+                group = self._take_items(group, late)
             for a in group:
                 if a.item is None and a.seq <= CLOCK_SEQ:
                     self.marks[a.seq] = max(a.time, self.marks.get(a.seq, a.time))
             self._hold([a for a in group if a.item is not None or a.seq > CLOCK_SEQ])
         horizon = self.horizon
         if horizon is None:
-            return []
+            return [], late
         # a union is a set: an event two branches have is one
         released = {
             (a.time, a.seq, a.item): a for a in self.held if a.time < horizon and a.item != DROPPED
         }
         self.held = [a for a in self.held if a.time >= horizon]
-        return sorted(released.values(), key=release_order)
+        return sorted(released.values(), key=release_order), late
+
+    def _take_items(self, group: Sequence[Arrival], late: list[Arrival]) -> list[Arrival]:
+        """The items of ``group`` through the items' release (an event several item
+        branches have is one: they all come from one input row); the rest."""
+        assert self.items is not None
+        mine = dict.fromkeys(Arrival(a.time, a.seq, a.item) for a in group if a.key == ITEMS)
+        if mine:
+            out, dropped = self.items.advance([list(mine)])
+            late += dropped
+            self.held += out
+            if self.items.clock is not None:
+                self.marks[mark_seq(self.sources - 1)] = self.items.clock - self.items.lateness
+        return [a for a in group if a.key != ITEMS]
 
     def _hold(self, arrivals: list[Arrival]) -> None:
         if not any(a.key for a in arrivals):  # nothing named: no version replaces another
@@ -182,18 +207,25 @@ class FedRelease:
 
     def dump(self) -> dict[str, Any]:
         held = [[a.time, a.seq, a.item, *([a.key] if a.key else [])] for a in self.held]
-        return {"marks": self.marks, "held": held}
+        items = None if self.items is None else self.items.dump()
+        return {"marks": self.marks, "held": held, "items": items}
 
     @classmethod
-    def load(cls, sources: int, saved: dict[str, Any] | None) -> FedRelease:
+    def load(
+        cls, sources: int, saved: dict[str, Any] | None, items: int | None = None
+    ) -> FedRelease:
+        """``items``: the lateness of the items' release, if a branch is items."""
         if saved is None:
-            return cls(sources)
+            return cls(sources, items=None if items is None else Release(items))
         marks = {int(seq): horizon for seq, horizon in saved["marks"].items()}
-        return cls(sources, marks, [Arrival(*entry) for entry in saved["held"]])
+        held = [Arrival(*entry) for entry in saved["held"]]
+        release = None if items is None else Release.load(items, saved.get("items"))
+        return cls(sources, marks, held, release)
 
 
 __all__ = [
     "DROPPED",
+    "ITEMS",
     "MERGED",
     "RESULT_NAME",
     "FedBranch",
@@ -201,6 +233,7 @@ __all__ = [
     "branches",
     "fed_branches",
     "fed_horizon",
+    "fed_items",
     "fed_operators",
     "fed_release",
     "last_versions",

@@ -35,7 +35,6 @@ from roses_app.algebra.eventtime import (
 )
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import LATE_PART, arrival_groups
-from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import (
     Aggregate,
     Delta,
@@ -49,10 +48,12 @@ from roses_app.algebra.plan import (
 from roses_app.algebra.release import Release, release_lateness
 from roses_app.algebra.release_fed import (
     DROPPED,
+    ITEMS,
     RESULT_NAME,
     FedBranch,
     FedRelease,
     fed_branches,
+    fed_items,
     mark_seq,
 )
 from roses_app.algebra.windows import closed_windows, open_after, periodic_input
@@ -196,36 +197,38 @@ class LateSequentialProcessor(JsonStateProcessor):
         on_error: udfs.ErrorHook,
         tallies: Accumulator[dict[str, int]] | None,
         fed: int = 0,
-        named: bool = False,
+        keyed: bool = False,
+        items: bool = False,
     ) -> None:
         super().__init__((), on_error, tallies)
         self.stream = node.origin.stream
         self.stages = tuple(stages)
         self.lateness = lateness
         self.late_part = publishes_late(node)
-        # over operators' results: how many branches tell their horizon; a window's
-        # results by their guid (fed_frame's key), so that a revision replaces
+        # over operators' results: how many branches tell their horizon (items among
+        # them); a window's results by their guid (fed_frame's key), so that a
+        # revision replaces, and items keyed ITEMS
         self.fed = fed
-        self.named = named
+        self.keyed = keyed
+        self.items = items
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         saved = self.load_state() or {}
         memory = load_memory(saved.get("memory"))
-        # over operators' results, windows' results are named, the others are not
-        named = (
-            read_arrivals(rows, "key", unkeyed=True) if self.named else read_arrivals(rows, None)
+        # over operators' results, windows' results and items are keyed, the others not
+        found = (
+            read_arrivals(rows, "key", unkeyed=True) if self.keyed else read_arrivals(rows, None)
         )
-        groups = arrival_groups(named)
+        groups = arrival_groups(found)
         release: Release | FedRelease
-        late: list[Arrival] = []  # nothing is too late for a run over operators' results
         if self.fed:
-            release = FedRelease.load(self.fed, saved.get("release"))
-            released = release.advance(groups)
+            items = self.lateness if self.items else None
+            release = FedRelease.load(self.fed, saved.get("release"), items)
         else:
             release = Release.load(self.lateness, saved.get("release"))
-            released, late = release.advance(groups)
+        released, late = release.advance(groups)
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
         self.save_state({"release": release.dump(), "memory": dump_memory(memory)})
@@ -276,15 +279,20 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     assert below is not None
     lateness = release_lateness(node, ctx.lateness)
     stages = released_stages(node, ctx)
-    branches = fed_branches(below) if fed_operators(below) is not None else []
-    fed, named = len(branches), any(b.named for b in branches)
+    fed = fed_operators(below) is not None
+    branches = fed_branches(below) if fed else []
+    items = fed_items(below) if fed else []
     if fed:
-        frame = fed_frame(branches, ctx)
+        frame = fed_frame(node, branches, items, ctx)
     else:
         frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
     hook = ctx.on_error(node)
-    processor = LateSequentialProcessor(node, stages, lateness, hook, ctx.errors, fed, named)
+    keyed = bool(items) or any(b.named for b in branches)
+    sources = len(branches) + (1 if items else 0)
+    processor = LateSequentialProcessor(
+        node, stages, lateness, hook, ctx.errors, sources, keyed, bool(items)
+    )
     out = rows.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=OUTPUT_DDL,
@@ -298,24 +306,31 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     return out.select(*EVENT_COLUMNS)
 
 
-def fed_frame(fed: Sequence[FedBranch], ctx: LowerContext) -> DataFrame:
+def fed_frame(
+    node: Node, fed: Sequence[FedBranch], items: Sequence[Node], ctx: LowerContext
+) -> DataFrame:
     """The results of the branches a released run reads (their heartbeats and
     horizons among them, each branch's horizon under its own seq; not the items
     published as late), each result of a window named by its branch and guid
-    (``key``), which its revisions keep."""
+    (``key``), which its revisions keep; and the items of the union's other branches
+    (their frontier rows, with their time), keyed :data:`ITEMS`."""
+    columns = ("ts", "seq", "item", "event", "key")
     frames = []
     for index, branch in enumerate(fed):
         if branch.named:
             frame = named_tail(branch, index, ctx)
         else:
             frame = lower(branch.node, ctx).withColumn("key", F.lit(None).cast("string"))
+        if "part" in frame.columns:
+            frame = frame.where(F.col("part") != F.lit(LATE_PART))
         told = F.col("item").isNull() & (F.col("seq") == F.lit(CLOCK_SEQ))
         seq = F.when(told, F.lit(mark_seq(index))).otherwise(F.col("seq"))
-        frames.append(frame.withColumn("seq", seq))
-    frame = union_all(frames)
-    if "part" in frame.columns:
-        frame = frame.where(F.col("part") != F.lit(LATE_PART))
-    return frame.withColumn("event", F.lit(None).cast("bigint"))
+        frame = frame.withColumn("seq", seq).withColumn("event", F.lit(None).cast("bigint"))
+        frames.append(frame.select(*columns))
+    for below in items:
+        frame = timed_input(node, below, ctx).withColumn("key", F.lit(ITEMS))
+        frames.append(frame.select(*columns))
+    return union_all(frames)
 
 
 def named_tail(branch: FedBranch, index: int, ctx: LowerContext) -> DataFrame:
