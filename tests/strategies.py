@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.eventtime import revised_windows
+from roses_app.algebra.eventtime import late_sequential, revised_windows
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -333,7 +333,7 @@ def fed_operator_plans() -> st.SearchStrategy[Node]:
     """Operators over publication time whose results a released run reads: a join,
     semijoin, difference or windowed grouping (reporting on close, or optimistically:
     the run reads its final results), an aggregate or group over windows (any report
-    policy: a window's result is revised until the clock decides it), a filter or a
+    policy: a window's result is revised until the clock decides it), a run, a filter or a
     map of one, or a union of one of those with another (each with its clock) or
     with items (:func:`fed_item_unions`).  Some filters keep a window's early
     versions and drop its later ones."""
@@ -345,9 +345,12 @@ def fed_operator_plans() -> st.SearchStrategy[Node]:
 
 
 def fed_reads() -> st.SearchStrategy[Node]:
-    """One operator of :func:`fed_operator_plans`, filtered, mapped or not."""
+    """One operator of :func:`fed_operator_plans`, filtered, mapped or not; or a run
+    of items or of a join's results (its last time released decides them)."""
     operators = late_join_plans() | late_grouping_plans()
     operators |= late_window_plans().filter(revised_windows)
+    runs = released_chains() | released_chains(late_join_plans())
+    operators |= runs.filter(lambda n: late_sequential(n) is not None)
     predicates = st.sampled_from((*PREDICATES, *RESULT_PREDICATES))
     return (
         operators

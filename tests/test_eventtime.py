@@ -85,9 +85,8 @@ def test_time_is_set_per_source_and_a_stream_overrides_it_for_the_sources_it_nam
 def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_reported(
     tmp_path: Path,
 ) -> None:
-    """With their line; an aggregate over a run over a grouping's results: the run's
-    results come in time order, but no clock tells what the run has decided, so an
-    operator of time reading them does not run."""
+    """With their line; an aggregate reporting on change over windows of a grouping's
+    results: a run over them reports on close (its results are final)."""
     problems = problems_in(
         "sources:\n"
         "  wire: {feed: 'http://example.org/wire', time: pubdate}\n"
@@ -98,8 +97,9 @@ def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_rep
         "    filter: {from: blog, where: 'true()'}\n"
         "  last:\n"
         "    aggregate:\n"
-        "      from: {aggregate: {from: {grouping: {from: blog, by: 'string(title)', window: 2,"
-        " reduce: '<item/>'}}, reduce: '<item/>'}}\n"
+        "      from: {window: {from: {grouping: {from: blog, by: 'string(title)', window: 2,"
+        " reduce: '<item/>'}}, time: 1h, every: 1h}}\n"
+        "      report: on-change\n"
         "      reduce: '<item/>'\n",
         tmp_path,
     )
@@ -175,11 +175,11 @@ def test_the_spool_keeps_plausible_dates_and_counts_the_others(tmp_path: Path) -
 
 def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
     from roses_app.algebra.eventtime import inputs_first, unsupported_on_event_time
-    from roses_app.algebra.plan import Aggregate, Filter, Union, WindowedGrouping, XQuery
+    from roses_app.algebra.plan import Filter, Join, Union, WindowedGrouping, XQuery
 
     wire = Source("wire", "published")
     grouping = WindowedGrouping(wire, "string(title)", 2, XQuery("<item/>"))
-    group = Aggregate(Aggregate(grouping, XQuery("<y/>")), XQuery("<x/>"))  # a run's results
+    group = Join(grouping, wire, "inner", "true()")  # a join's sides are items
     plan = Union((group, Filter(group, "true()"), Filter(wire, "true()")))
     order = [id(n) for n in inputs_first(plan)]
     for node in plan.walk():

@@ -117,13 +117,16 @@ def late_grouped(node: Node) -> Node | None:
 def decided(node: Node) -> bool:
     """Whether ``node`` is an operator over publication time whose results a clock
     decides, each at a time its clock has not yet decided: a join, a semijoin, a
-    difference or a windowed grouping.  Reporting on close, its results are final
-    when published; optimistically, they are taken back or replaced, and its final
-    ones are those its on-close twin publishes
-    (:func:`~roses_app.algebra.release_fed.fed_branches`).  Its final results are then an
-    out-of-order input like the items themselves, complete before ``clock - lateness``
-    after each arrival (:mod:`roses_app.algebra.release_fed`)."""
-    return late_joined(node) is not None or late_grouped(node) is not None
+    difference or a windowed grouping, or a released run (:func:`late_sequential`).
+    Reporting on close, its results are final when published; optimistically, they
+    are taken back or replaced, and its final ones are those its on-close twin
+    publishes (:func:`~roses_app.algebra.release_fed.fed_branches`).  A run's results
+    come in time order, all of them before the last time it released once that time
+    has been released (a periodic window closes once a later time has come).  Its
+    final results are then an out-of-order input like the items themselves, complete
+    before its horizon after each arrival (:mod:`roses_app.algebra.release_fed`)."""
+    found = late_joined(node) is not None or late_grouped(node) is not None
+    return found or late_sequential(node) is not None
 
 
 def revised_windows(node: Node) -> bool:
@@ -327,8 +330,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "semijoins and differences of sliding time windows, and windowed "
                 "groupings, of filters, maps and unions; and runs of windows, deltas and "
                 "nests over them or over the results (filtered or mapped, or a union of "
-                "them, with items or not) of joins, groupings, or aggregates or "
-                "groups over windows, with an aggregate or a group on top: read its "
-                "sources with time: ingest"
+                "them, with items or not) of joins, groupings, aggregates or groups "
+                "over windows, or such runs, with an aggregate or a group on top: "
+                "read its sources with time: ingest"
             ),
         )

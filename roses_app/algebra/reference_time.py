@@ -287,6 +287,9 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
         events = fed_released(below, ctx, top, lateness)
     else:
         events = released(run(below, ctx), ctx, lateness, top)
+    # what a run over this one's results knows is decided, and sees pass
+    last = max((e.ts for e in events), default=None)
+    ctx.settled[top] = (last, heartbeats(events))
     if stop is below:
         return events
     for node in released_chain(top):

@@ -72,9 +72,11 @@ def fed_release(node: Node) -> bool:
 
 def fed_horizon(operator: Node, clock: int | None) -> int | None:
     """The time before which ``operator``'s results are all out and final, at
-    ``clock`` (None: it has seen nothing)."""
+    ``clock`` (a run's: the last time it released; None: it has seen nothing)."""
     if clock is None:
         return None
+    if late_sequential(operator) is not None:  # a run: its last time released
+        return clock
     windowed = late_windowed(operator)
     reach = windowed[1].gap - 1 if windowed and isinstance(windowed[1], SessionWindow) else 0
     return clock - operator.lateness - reach  # type: ignore[attr-defined]

@@ -65,6 +65,7 @@ from roses_app.spark.late import (
     output_frame,
     read_arrivals,
     timed_input,
+    with_clock,
 )
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
@@ -231,13 +232,19 @@ class LateSequentialProcessor(JsonStateProcessor):
         released, late = release.advance(groups)
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
-        self.save_state({"release": release.dump(), "memory": dump_memory(memory)})
+        # the last time released: a run over these results knows what is before it
+        # is out (roses_app.algebra.release_fed), and sees the heartbeats released
+        last = max((a.time for a in released), default=saved.get("last"))
+        state = {"release": release.dump(), "memory": dump_memory(memory), "last": last}
+        self.save_state(state)
         self.tally(self.stream, late=len(late))
         published = [(e.ts, e.seq, e.item, "") for e in out if e.item is not None]
         if self.late_part:
             published += [(a.time, a.seq, a.item or "", LATE_PART) for a in late]
-        if published:
-            yield output_frame(published)
+        beats = [a for a in released if a.item is None]
+        told = with_clock(published, beats, last)
+        if told:
+            yield output_frame(told)
 
 
 def dump_memory(memory: Memory) -> dict[str, Any]:

@@ -42,8 +42,9 @@ PLANS_FILE = "plans.pickle"
 # the operators it was started with, so a generation saved under another version is
 # started again (2: each head once, the stateless tails fused; 3: a periodic late
 # window's items in a map state of slices; 4: the late operators tell their clock and
-# their heartbeats, and a released run reads a key column).
-LOWERING = 4
+# their heartbeats, and a released run reads a key column; 5: a released run tells
+# the last time it released, and names windows' results by branch and guid).
+LOWERING = 5
 
 
 class Ledger(Protocol):
