@@ -354,3 +354,37 @@ def test_explain_says_how_late_items_are_taken_and_when_results_are_reported() -
         "Aggregate α reduce inline XQuery '<item/>', lateness 2h, late items: publish, "
         "report on-close + on-change + every 10m (tick batch)"
     )
+
+
+def test_runs_over_runs_are_found_once_per_node_however_deep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a node is a released run depends on whether the node below is one:
+    each node is asked once (asked again at every level, 12 runs over a join took
+    2^12 steps, 50 runs hours)."""
+    from roses_app.algebra import eventtime
+    from roses_app.algebra.release_fed import fed_release
+
+    lines = [
+        "sources:",
+        "  wire: {feed: 'http://example.org/wire', time: published}",
+        "  blog: {feed: 'http://example.org/blog', time: published}",
+        "streams:",
+        "  s0: {join: {left: wire, right: blog, on: 'true()'}}",
+    ]
+    hourly = (
+        "{{aggregate: {{from: {{window: {{from: s{}, time: 1h, every: 1h}}}}, reduce: '<x/>'}}}}"
+    )
+    lines += [f"  s{i}: {hourly.format(i - 1)}" for i in range(1, 13)]
+    asked: list[int] = []
+    original = eventtime._late_sequential
+
+    def counted(node: eventtime.Node) -> eventtime.Node | None:
+        asked.append(id(node))
+        return original(node)
+
+    monkeypatch.setattr(eventtime, "_late_sequential", counted)
+    config = parse_config("\n".join(lines) + "\n", tmp_path / "feeds.yaml")
+    top = config.streams["s12"].plan
+    assert fed_release(top)  # a run over a run over ... a join's results
+    assert len(asked) == len(set(asked)) <= sum(1 for _ in top.walk()) * 2

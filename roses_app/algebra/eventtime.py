@@ -16,7 +16,8 @@ reads an event (both call :func:`roses_app.dates.plausible_published`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from roses_app.algebra.plan import (
     Aggregate,
@@ -47,7 +48,26 @@ LateSpec = TimeWindow | CountWindow | SessionWindow  # the windows lateness.py r
 def stateless(plan: Node) -> bool:
     """Whether ``plan`` has only filters, maps, unions and splits over its sources:
     what the operators over publication time read."""
-    return all(isinstance(n, STATELESS) for n in plan.walk())
+    return memoized(plan, "stateless", _stateless)
+
+
+def _stateless(node: Node) -> bool:
+    return isinstance(node, STATELESS) and all(stateless(c) for c in node.children())
+
+
+T = TypeVar("T")
+
+
+def memoized(node: Node, key: str, compute: Callable[[Node], T]) -> T:
+    """``compute(node)``, once per node object (kept in ``node.analysis``), computed
+    for the nodes below first: ``compute`` may ask the same of the node's inputs, and
+    then never recurses deeper than one level, however deep the plan."""
+    found = node.analysis
+    if key not in found:
+        for below in inputs_first(node, lambda n: key in n.analysis):
+            below.analysis[key] = compute(below)
+    result: T = found[key]
+    return result
 
 
 def event_time(ingest: int, published: int | None, mode: str) -> int:
@@ -60,7 +80,13 @@ def event_time(ingest: int, published: int | None, mode: str) -> int:
 def event_timed(node: Node) -> bool:
     """Whether some source of ``node``'s plan gives its items their publication time
     (their events may then come out of order)."""
-    return any(isinstance(n, Source) and n.time == "published" for n in node.walk())
+    return memoized(node, "event_timed", _event_timed)
+
+
+def _event_timed(node: Node) -> bool:
+    if isinstance(node, Source):
+        return node.time == "published"
+    return any(event_timed(c) for c in node.children())
 
 
 def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
@@ -213,6 +239,12 @@ def window_delta_run(node: Node) -> tuple[Node, list[Window | Delta]]:
 
 
 def late_sequential(node: Node) -> Node | None:
+    """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it (see
+    :func:`_late_sequential`)."""
+    return memoized(node, "late_sequential", _late_sequential)
+
+
+def _late_sequential(node: Node) -> Node | None:
     """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
     stateless plan of items read in publication time, or over the results of a
     :func:`fed_input` operator, a run of windows, deltas and
@@ -278,13 +310,14 @@ def reportable_input(window: Node, aggregate: bool) -> bool:
     return spec.period is not None
 
 
-def inputs_first(plan: Node) -> Iterator[Node]:
-    """Every node object of ``plan`` once, each after all its inputs."""
+def inputs_first(plan: Node, known: Callable[[Node], bool] | None = None) -> Iterator[Node]:
+    """Every node object of ``plan`` once, each after all its inputs; with ``known``,
+    not the nodes it holds true of, nor below them."""
     done: set[int] = set()
     stack: list[tuple[Node, bool]] = [(plan, False)]
     while stack:
         node, expanded = stack.pop()
-        if id(node) in done:
+        if id(node) in done or (known is not None and known(node)):
             continue
         if expanded:
             done.add(id(node))

@@ -34,7 +34,7 @@ from roses_app.algebra.specs import XQuery as XQuery
 TIME_MODES = ("ingest", "published")
 
 # Attributes a node computes once and keeps (never pickled: recomputed on use).
-_CACHED = ("digest", "_hash", "tree_size")
+_CACHED = ("digest", "_hash", "tree_size", "analysis")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,14 @@ class Node:
         for f in _identity_fields(self):
             h.update(_encode(getattr(self, f.name)))
         return h.digest()
+
+    @cached_property
+    def analysis(self) -> dict[str, Any]:
+        """What analyses of the plan found of this node object (the operators of time
+        :mod:`roses_app.algebra.eventtime` finds), kept once computed: each depends on
+        the node's sub-plan only, and a run over a run over a run would otherwise ask
+        again at every level."""
+        return {}
 
     @cached_property
     def _hash(self) -> int:
