@@ -356,6 +356,31 @@ def test_explain_says_how_late_items_are_taken_and_when_results_are_reported() -
     )
 
 
+def test_explain_says_which_windows_a_release_runs_and_which_their_reader_runs() -> None:
+    """A window read as a stream over publication time is released on close; the
+    same window as a join's side, or under an aggregate over late windows, is run by
+    that operator (the tree and the global plan say the same)."""
+    from roses_app.algebra.explain import format_global, format_plan
+    from roses_app.algebra.globalplan import GlobalPlan
+    from roses_app.algebra.plan import Aggregate, Join, Stream, TimeWindow, Window, XQuery
+
+    wire, blog = Source("wire", "published"), Source("blog", "published")
+    side = Window(wire, TimeWindow(5))
+    join = Join(side, Window(blog, TimeWindow(5)), "inner", "true()")
+    hourly = Aggregate(Window(wire, TimeWindow(10, 10)), XQuery("<item/>"), "s")
+    streams = [Stream("j", join), Stream("h", hourly), Stream("w", side)]
+    read = "on close: items released in time order"
+    run = "run by the operator over publication time reading it"
+    assert read in describe(side) and run in describe(side, side=True)
+    assert format_plan(join).count(run) == 2 and read not in format_plan(join)
+    assert run in format_plan(hourly) and read not in format_plan(hourly)
+    # the global plan: w reads the side window as a stream, the other windows only
+    # their readers run
+    lines = format_global(GlobalPlan.of(streams), {}).splitlines()
+    assert sum(read in line for line in lines) == 1
+    assert sum(run in line for line in lines) == 2
+
+
 def test_runs_over_runs_are_found_once_per_node_however_deep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from roses_app.algebra.eventtime import fed_items, fed_operators, late_sequential
+from roses_app.algebra.eventtime import (
+    fed_items,
+    fed_operators,
+    late_joined,
+    late_sequential,
+    late_windowed,
+)
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
     Aggregate,
@@ -141,8 +147,9 @@ def _lateness(node: Aggregate | GroupBy) -> str:
     return out
 
 
-def describe(node: Node) -> str:
-    """One line for one node: the operator and its parameters."""
+def describe(node: Node, *, side: bool = False) -> str:
+    """One line for one node: the operator and its parameters (``side``: a window
+    that the operator reading it runs, not a release: :func:`runs_window`)."""
     if isinstance(node, Source):
         return f"Source {node.name}" + (" (published time)" if node.time == "published" else "")
     if isinstance(node, Filter):
@@ -156,6 +163,8 @@ def describe(node: Node) -> str:
     if isinstance(node, Split):
         return f"Split Ψ by {node.by!r}"
     described = _describe_time_operator(node) or type(node).__name__
+    if side:
+        return described + ", run by the operator over publication time reading it"
     below = late_sequential(node)
     operators = None if below is None else fed_operators(below)
     if below is not None and operators:
@@ -223,8 +232,14 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
         f"{len(plan.stateless_streams())} stateless, {len(plan.stateful_streams())} stateful, "
         f"{len(frontier)} frontier nodes, {len(plan.shared())} shared nodes"
     ]
+    readers: dict[str, list[Node]] = {}
+    for dag in plan.nodes.values():
+        for read in dag.inputs:
+            readers.setdefault(read, []).append(dag.node)
+    roots = set(plan.roots.values())
     for dag in plan.nodes.values():
         where = f" [{dag.node.origin.file}:{dag.node.origin.line}]" if dag.node.origin.line else ""
+        side = dag.id not in roots and all(runs_window(r, dag.node) for r in readers[dag.id])
         inputs = f" <- {', '.join(dag.inputs)}" if dag.inputs else ""
         if dag.stateless:
             runs = "stateless (fused stage)" + ("; frontier" if dag.node in frontier else "")
@@ -236,7 +251,7 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
             else:
                 runs += "; computed once" if times == 1 else f"; Spark runs it {times}×"
         users = ", ".join(sorted(dag.streams))
-        lines.append(f"{dag.id} {describe(dag.node)}{where}{inputs}")
+        lines.append(f"{dag.id} {describe(dag.node, side=side)}{where}{inputs}")
         lines.append(f"    streams: {users}; query: {runs}")
     return "\n".join(lines)
 
@@ -244,19 +259,32 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
 AGAIN = "  (the same sub-plan as above)"
 
 
+def runs_window(reader: Node, node: Node) -> bool:
+    """Whether ``reader`` runs the window ``node`` itself over publication time: a
+    join's side, or the windows of an aggregate or a group over late windows."""
+    if not isinstance(node, Window):
+        return False
+    return late_joined(reader) is not None or late_windowed(reader) is not None
+
+
 def _lines(
-    node: Node, indent: str, sharing: Sharing, above: frozenset[str], seen: set[int]
+    node: Node,
+    indent: str,
+    sharing: Sharing,
+    above: frozenset[str],
+    seen: set[int],
+    side: bool = False,
 ) -> Iterator[str]:
     where = f"  [{node.origin.file}:{node.origin.line}]" if node.origin.line else ""
     if id(node) in seen and node.children():
         # printed already: a plan is a DAG, written out as a tree it may double per level
-        yield f"{indent}{describe(node)}{where}{AGAIN}"
+        yield f"{indent}{describe(node, side=side)}{where}{AGAIN}"
         return
     seen.add(id(node))
-    yield f"{indent}{describe(node)}{where}{sharing.note(node, above)}"
+    yield f"{indent}{describe(node, side=side)}{where}{sharing.note(node, above)}"
     streams = sharing.streams.get(node, frozenset())
     for child in node.children():
-        yield from _lines(child, indent + "  ", sharing, streams, seen)
+        yield from _lines(child, indent + "  ", sharing, streams, seen, runs_window(node, child))
 
 
 def format_plan(node: Node, indent: str = "", *, sharing: Sharing | None = None) -> str:
