@@ -1,29 +1,37 @@
 """A released run over the results of operators over publication time (seed 001's
 lateness, reported on close): a window, a delta, a nest, or an aggregate or a group
-over them, reading what a join, a semijoin, a difference, a windowed grouping, or an
-aggregate or a group over windows publishes (:func:`fed_operators`).
+over them, reading what a join, a semijoin, a difference, a windowed grouping, an
+aggregate or a group over windows, or another released run publishes
+(:func:`fed_operators`), filtered or mapped or not, or a union of those, with items
+or not (:func:`fed_branches`).
 
 Those results come out of order, but each operator has a clock that decides them:
 
 * **Settled.**  A join's, a semijoin's, a difference's or a windowed grouping's
   result, reporting on close, is final when published, at a time its clock had not
   decided before that arrival: after each arrival, its results before
-  ``clock - lateness`` are all out.  Filtered or mapped, the same.
+  ``clock - lateness`` are all out.  Filtered or mapped, the same.  Reporting
+  optimistically, its final results are its on-close twin's, which the run reads.
+  A released run's results come in time order: those before the last time it
+  released are all out.
 * **Revised windows.**  An aggregate's or a group's window result may be published
   again, in place (same guid), while a late item can still change it; not once its
   time is before ``clock - lateness`` (a session's: the gap too, since an item up to a
   gap after its last one may still extend it).  Only the last version counts, and
   none of a session merged into another (its notice carries `` merged`` in its name,
-  :data:`RESULT_NAME`).
+  :data:`RESULT_NAME`); the branch's filters and maps read that last version (a
+  version they drop is :data:`DROPPED`, which still replaces the earlier ones).
 * **Horizon.**  What an operator has decided, :func:`fed_horizon`, it tells after
   each micro-batch on Spark (a heartbeat row at that time, seq
   :data:`~roses_app.algebra.latejoin.CLOCK_SEQ`, made :func:`mark_seq` of its branch
   of a union); over a union of operators the run reads what all of them decided, the
-  least of their horizons.
-* **Released.**  Nothing is too late for the run (the operators dropped their late
-  items): :class:`FedRelease` holds the results and the heartbeats the operators took
-  on time (:func:`~roses_app.algebra.latejoin.timely_heartbeats`) until the horizon
-  passes them, then gives them out in time order.
+  least of their horizons.  Items in the union (:data:`ITEMS`) go through the run's
+  own :class:`~roses_app.algebra.release.Release`, whose horizon is one more.
+* **Released.**  Nothing from an operator is too late for the run (the operators
+  dropped their late items): :class:`FedRelease` holds the results and the
+  heartbeats the operators took on time
+  (:func:`~roses_app.algebra.latejoin.timely_heartbeats`) until the horizon passes
+  them, then gives them out in time order.
 
 The reference evaluator computes the same from the operators' whole outputs and last
 clocks (:func:`~roses_app.algebra.reference_time.released_run`); the Spark operator
