@@ -60,7 +60,7 @@ def fed_released(below: Node, ctx: Context, node: Node, lateness: int) -> list[R
         union = ordered({e for child in items for e in run(child, ctx)})
         out, release = _release(union, ctx, lateness, node)
         events.update(out)
-        horizons.append(None if release.clock is None else release.clock - lateness)
+        horizons.append(release.horizon)
     if any(h is None for h in horizons):
         return []
     horizon = min(h for h in horizons if h is not None)

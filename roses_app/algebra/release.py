@@ -56,6 +56,11 @@ class Release:
         self.clock = clock
         self.held: list[Arrival] = held or []
 
+    @property
+    def horizon(self) -> int | None:
+        """The time before which everything on time has come (None: nothing yet)."""
+        return None if self.clock is None else self.clock - self.lateness
+
     def advance(self, groups: Iterable[Sequence[Arrival]]) -> tuple[list[Arrival], list[Arrival]]:
         """Arrival groups, in order: the events released now (in order) and the items
         too late."""
@@ -66,9 +71,9 @@ class Release:
             on, dropped, self.clock = split_late(before, group, self.lateness)
             late += dropped
             self.held += on
-        if self.clock is None:
+        horizon = self.horizon
+        if horizon is None:
             return [], late
-        horizon = self.clock - self.lateness
         released = sorted((a for a in self.held if a.time < horizon), key=release_order)
         self.held = [a for a in self.held if a.time >= horizon]
         return released, late

@@ -204,8 +204,8 @@ class FedRelease:
             out, dropped = self.items.advance([list(mine)])
             late += dropped
             self.held += out
-            if self.items.clock is not None:
-                self.marks[mark_seq(self.sources - 1)] = self.items.clock - self.items.lateness
+            if self.items.horizon is not None:
+                self.marks[mark_seq(self.sources - 1)] = self.items.horizon
         return [a for a in group if a.key != ITEMS]
 
     def _hold(self, arrivals: list[Arrival]) -> None:

@@ -219,9 +219,7 @@ class LateSequentialProcessor(JsonStateProcessor):
         saved = self.load_state() or {}
         memory = load_memory(saved.get("memory"))
         # over operators' results, windows' results and items are keyed, the others not
-        found = (
-            read_arrivals(rows, "key", unkeyed=True) if self.keyed else read_arrivals(rows, None)
-        )
+        found = read_arrivals(rows, "key" if self.keyed else None, unkeyed=True)
         groups = arrival_groups(found)
         release: Release | FedRelease
         if self.fed:
@@ -344,9 +342,7 @@ def named_tail(branch: FedBranch, index: int, ctx: LowerContext) -> DataFrame:
     """A branch of windows' results: each named by its branch and guid, then through
     the branch's filters and maps, a version they drop kept as :data:`DROPPED` (it
     still replaces the earlier versions)."""
-    frame = lower(branch.operator, ctx)
-    if "part" in frame.columns:
-        frame = frame.where(F.col("part") != F.lit(LATE_PART)).drop("part")
+    frame = lower(branch.operator, ctx)  # (its late part: dropped by fed_frame)
     name = udfs.splitter_udf(RESULT_NAME, ctx.namespaces, ctx.on_error(branch.operator))
     frame = frame.withColumn("key", F.concat(F.lit(f"{index} "), name(F.col("item"))))
     item = F.col("item")
