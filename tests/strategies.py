@@ -5,7 +5,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.eventtime import late_sequential, revised_windows
+from roses_app.algebra.eventtime import (
+    chained_grouping,
+    late_sequential,
+    released_windows,
+    revised_windows,
+)
 from roses_app.algebra.plan import (
     Aggregate,
     CountWindow,
@@ -229,8 +234,20 @@ def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchSt
     kinds = st.sampled_from(("insert", "delete"))
 
     def step(inner: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+        # (a grouping of items is lategrouping's operator: a run over it reads its results)
+        grouping = st.builds(
+            WindowedGrouping,
+            inner,
+            st.sampled_from(SPLITTERS),
+            st.integers(1, 3),
+            st.just(REDUCER),
+            st.just("s"),
+        ).filter(chained_grouping)
         return st.one_of(
-            stream_windows(inner), st.builds(Delta, inner, kinds), st.builds(Nest, inner)
+            stream_windows(inner),
+            st.builds(Delta, inner, kinds),
+            st.builds(Nest, inner),
+            grouping,
         )
 
     chain = step(below) | step(step(below))
@@ -250,7 +267,27 @@ def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchSt
     group = st.builds(
         GroupBy, read, st.sampled_from(SPLITTERS), st.just(REDUCER), st.just("s"), *late
     )
-    return st.one_of(chain, aggregate, group)
+    # windows with a report policy or sessions, over a run or operators' results: the
+    # windows of lateness.py over what is released (eventtime.released_windows)
+    reported = reportable_windows(chain | below)
+    policy = st.builds(Aggregate, reported, st.just(REDUCER), st.just("s"), *late, reports())
+    policy |= st.builds(
+        GroupBy,
+        reported.filter(lambda w: not isinstance(w.spec, CountWindow)),
+        st.sampled_from(SPLITTERS),
+        st.just(REDUCER),
+        st.just("s"),
+        *late,
+        reports(),
+    )
+    return st.one_of(chain, aggregate, group, policy.filter(released_windows))
+
+
+def reportable_windows(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Window]:
+    """A periodic time, count or session window of ``below``."""
+    periodic = st.builds(TimeWindow, st.integers(1, 6), st.integers(1, 6), st.integers(0, 2))
+    spec = periodic | st.builds(CountWindow, st.integers(1, 4))
+    return st.builds(Window, below, spec | st.builds(SessionWindow, st.integers(1, 6)))
 
 
 def published_time(plan: Node) -> Node:

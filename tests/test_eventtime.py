@@ -85,8 +85,8 @@ def test_time_is_set_per_source_and_a_stream_overrides_it_for_the_sources_it_nam
 def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_reported(
     tmp_path: Path,
 ) -> None:
-    """With their line; an aggregate reporting on change over windows of a grouping's
-    results: a run over them reports on close (its results are final)."""
+    """With their line; a join of count windows over publication time: no engine runs
+    it (a late item would shift every later window of its side)."""
     problems = problems_in(
         "sources:\n"
         "  wire: {feed: 'http://example.org/wire', time: pubdate}\n"
@@ -96,11 +96,11 @@ def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_rep
         "    time: 12\n"
         "    filter: {from: blog, where: 'true()'}\n"
         "  last:\n"
-        "    aggregate:\n"
-        "      from: {window: {from: {grouping: {from: blog, by: 'string(title)', window: 2,"
-        " reduce: '<item/>'}}, time: 1h, every: 1h}}\n"
-        "      report: on-change\n"
-        "      reduce: '<item/>'\n",
+        "    join:\n"
+        "      left: {window: {from: {grouping: {from: blog, by: 'string(title)', window: 2,"
+        " reduce: '<item/>'}}, time: 1h}}\n"
+        "      right: blog\n"
+        "      on: 'true()'\n",
         tmp_path,
     )
     assert problems[0].startswith(
@@ -109,7 +109,7 @@ def test_a_bad_time_and_an_aggregate_of_a_grouping_over_publication_time_are_rep
     )
     assert problems[1].startswith("6: streams.a.time must be one of ingest, published")
     assert problems[2].startswith(
-        "9: stream 'last': Aggregate at step last/aggregate reads items in publication time"
+        "9: stream 'last': Join at step last/join reads items in publication time"
     )
     assert "read its sources with time: ingest" in problems[2]
     assert len(problems) == 3  # the grouping below the aggregate runs: not reported

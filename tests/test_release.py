@@ -143,9 +143,8 @@ def test_a_released_run_cut_into_micro_batches_equals_the_reference(
 
     from roses_app.algebra.reference import _context, evaluate_streams
     from roses_app.algebra.reference_registry import run
-    from roses_app.algebra.release import release_lateness
-    from roses_app.spark.latesequential import dump_memory, load_memory, released_stages
-    from roses_app.spark.sequential import Event, process
+    from roses_app.algebra.slices import MemorySlices
+    from roses_app.spark.latesequential import released_run
 
     def failed(item: str | None, exc: BaseException) -> None:
         raise AssertionError(f"{item}: {exc}")
@@ -155,18 +154,16 @@ def test_a_released_run_cut_into_micro_batches_equals_the_reference(
     arrived = {e.seq: e.ts for e in events}
     rows = run(below, _context(events, (), lateness, None))
     groups = arrival_groups((arrived[e.seq], Arrival(e.ts, e.seq, e.item)) for e in rows)
-    context = SimpleNamespace(namespaces=(), on_error=lambda node: failed)
-    stages = released_stages(plan, context)  # type: ignore[arg-type]
+    context = SimpleNamespace(namespaces=(), on_error=lambda node: failed, lateness=lateness)
+    released = released_run(plan, context)  # type: ignore[arg-type]
     bounds = sorted({0, len(groups), *(c for c in cuts if c < len(groups))})
     saved: dict[str, Any] = {}
+    store = MemorySlices()  # the windows' MapState: kept between micro-batches
     published: list[tuple[int, int, str | None]] = []
     for start, end in itertools.pairwise(bounds):
-        release = Release.load(release_lateness(plan, lateness), saved.get("release"))
-        memory = load_memory(saved.get("memory"))
-        out, _ = release.advance(groups[start:end])
-        found = process(stages, memory, [Event(a.time, a.seq, a.item) for a in out], 0, failed)
-        published += [tuple(e) for e in found if e.item is not None]  # type: ignore[misc]
-        saved = json.loads(json.dumps({"release": release.dump(), "memory": dump_memory(memory)}))
+        told, _, state, _ = released.advance(saved, groups[start:end], store)
+        published += [(t, seq, item) for t, seq, item, part in told if item and not part]
+        saved = json.loads(json.dumps(state))
     expected = evaluate_streams([Stream("s", plan)], events, lateness=lateness)["s"][""]
     assert sorted(published) == sorted(tuple(e) for e in expected)
 
@@ -176,8 +173,8 @@ def test_a_periodic_window_over_a_released_run_closes_once_across_micro_batches(
     is published once, when a later time comes, with every item it holds, however the
     micro-batches cut its items (an item of two windows is kept for the second)."""
     from roses_app.algebra.plan import Aggregate, Source, TimeWindow, XQuery
-    from roses_app.spark.latesequential import ClosedWindowsOperator
     from roses_app.spark.sequential import Event
+    from roses_app.spark.stages import ClosedWindowsOperator
 
     spec = TimeWindow(4, 2, 0, 0)  # the window refreshed at r holds r-3 .. r
     counted = XQuery("<item><title>{ count($items) }</title></item>")

@@ -17,6 +17,7 @@ reads an event (both call :func:`roses_app.dates.plausible_published`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 from roses_app.algebra.plan import (
@@ -190,6 +191,19 @@ def fed_operators(node: Node) -> list[Node] | None:
     return operators
 
 
+def final_results(operator: Node) -> Node:
+    """What computes ``operator``'s final results, which a released run reads: itself,
+    or its on-close twin when it reports otherwise (an optimistic join, difference or
+    grouping; a released run's windows with a report policy): a result taken back or
+    replaced was never final."""
+    if isinstance(operator, Join | Diff | WindowedGrouping) and operator.optimistic:
+        return replace(operator, optimistic=False)
+    policy = isinstance(operator, Aggregate | GroupBy) and operator.report != Report()
+    if policy and released_windows(operator) is not None:
+        return replace(operator, report=Report())  # type: ignore[call-arg]
+    return operator
+
+
 def fed_items(node: Node) -> list[Node]:
     """The branches of a union a released run reads that no operator decides (see
     :func:`fed_operators`): items, which the run releases as it would alone."""
@@ -218,13 +232,36 @@ def released_input(below: Node) -> bool:
 CHAINED = (Window, Delta, Nest)
 
 
+def chained_grouping(node: Node) -> bool:
+    """Whether ``node`` is a windowed grouping a released run computes as a stage (one
+    of items read in publication time is :func:`late_grouped`'s operator)."""
+    return isinstance(node, WindowedGrouping) and late_grouped(node) is None
+
+
 def chain_below(node: Node) -> Node | None:
-    """The node below the run of windows, deltas and nests from ``node`` down (``node``
-    itself if it is none of them)."""
+    """The node below the run of windows, deltas, nests and windowed groupings
+    (:func:`chained_grouping`) from ``node`` down (``node`` itself if it is none of
+    them)."""
     below = node
-    while isinstance(below, CHAINED):
-        below = below.input
+    while isinstance(below, CHAINED) or chained_grouping(below):
+        below = below.input  # type: ignore[attr-defined]
     return below
+
+
+def released_windows(node: Node) -> LateSpec | None:
+    """The window of ``node`` when it is a released run's aggregate or group over
+    periodic time, count (an aggregate's) or session windows that
+    :mod:`roses_app.algebra.lateness` computes over what is released (a report policy
+    of its own, or sessions): in time order, each time one arrival, nothing late."""
+    if not isinstance(node, Aggregate | GroupBy) or late_sequential(node) is None:
+        return None
+    window = node.input
+    if not isinstance(window, Window):
+        return None
+    if node.report == Report() and not isinstance(window.spec, SessionWindow):
+        return None
+    assert isinstance(window.spec, TimeWindow | CountWindow | SessionWindow)
+    return window.spec
 
 
 def window_delta_run(node: Node) -> tuple[Node, list[Window | Delta]]:
@@ -247,22 +284,24 @@ def late_sequential(node: Node) -> Node | None:
 def _late_sequential(node: Node) -> Node | None:
     """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
     stateless plan of items read in publication time, or over the results of a
-    :func:`fed_input` operator, a run of windows, deltas and
-    nests (in any order), or an aggregate or a group over such a run, over a window of
-    it, or over the plan itself or a window of it where :func:`late_windowed` does not
-    run it (a group over a count window, anything over a sliding window or over no
-    window).  Sessions are read by an aggregate or a group only."""
+    :func:`fed_input` operator, a run of windows, deltas, nests and windowed
+    groupings (in any order; a grouping of items is :func:`late_grouped`'s), or an
+    aggregate or a group over such a run, over a window of it, or over the plan
+    itself or a window of it where :func:`late_windowed` does not run it (a group
+    over a count window, anything over a sliding window or over no window, and the
+    windows of a run or of operators' results, with a report policy or sessions:
+    :func:`released_windows`)."""
     if isinstance(node, Aggregate | GroupBy):
-        if late_windowed(node) is not None or node.report != Report():
-            return None  # released results are final: they report on close only
+        if late_windowed(node) is not None:
+            return None
         window = node.input
         if not isinstance(window, Window):  # per time of its input (ω0)
-            below = chain_below(window)
-        elif isinstance(window.spec, SessionWindow):
-            return None
+            below = None if node.report != Report() else chain_below(window)
+        elif node.report != Report() or isinstance(window.spec, SessionWindow):
+            below = chain_below(window.input) if reportable(node) else None
         else:
             below = chain_below(window.input)
-    elif isinstance(node, CHAINED):
+    elif isinstance(node, CHAINED) or chained_grouping(node):
         below = chain_below(node)
     else:
         return None
@@ -361,10 +400,10 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time (time: published), which may come out of order; over publication "
                 "time, only these run for now: aggregates and groups over windows, joins, "
                 "semijoins and differences of sliding time windows, and windowed "
-                "groupings, of filters, maps and unions; and runs of windows, deltas and "
-                "nests over them or over the results (filtered or mapped, or a union of "
-                "them, with items or not) of joins, groupings, aggregates or groups "
-                "over windows, or such runs, with an aggregate or a group on top: "
-                "read its sources with time: ingest"
+                "groupings, of filters, maps and unions; and runs of windows, deltas, "
+                "nests and windowed groupings over them or over the results (filtered or "
+                "mapped, or a union of them, with items or not) of joins, groupings, "
+                "aggregates or groups over windows, or such runs, with an aggregate or a "
+                "group on top: read its sources with time: ingest"
             ),
         )

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from roses_app.algebra.eventtime import (
     fed_items,
     fed_operators,
+    final_results,
     late_joined,
     late_sequential,
     late_windowed,
+    released_windows,
 )
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
 from roses_app.algebra.plan import (
@@ -167,21 +169,23 @@ def describe(node: Node, *, side: bool = False) -> str:
         return described + ", run by the operator over publication time reading it"
     below = late_sequential(node)
     operators = None if below is None else fed_operators(below)
+    # a run's input is released on close; its own windows may report otherwise
+    reads = "reading" if released_windows(node) is not None else "on close:"
     if below is not None and operators:
         named = " and ".join(
             f"{type(op).__name__} at step {op.origin.step}"
-            + (" (its final results, computed on close)" if optimistic(op) else "")
+            + ("" if final_results(op) is op else " (its final results, computed on close)")
             for op in operators
         )
         items = fed_items(below)
         if items:
             named += f" and the items of {len(items)} other branch(es) (with the run's lateness)"
         described += (
-            f", on close: the results of {named} released in time order once decided"
+            f", {reads} the results of {named} released in time order once decided"
             " (their lateness passed)"
         )
     elif below is not None:
-        described += ", on close: items released in time order once the lateness has passed"
+        described += f", {reads} items released in time order once the lateness has passed"
     return described
 
 

@@ -117,6 +117,11 @@ LATE_PART = "late"
 TALLIES = ("late", "unchanged", "revised")
 
 
+# The lateness of the windows a released run computes (eventtime.released_windows):
+# what it releases comes in time order, each time one arrival, so nothing is late
+RELEASED_LATENESS = 0
+
+
 def tally_key(kind: str, stream: str) -> str:
     return f"{kind}:{stream}"
 

@@ -10,9 +10,9 @@ is decided and a periodic window closes once a later time has been released.
 
 from __future__ import annotations
 
-from roses_app.algebra.eventtime import late_sequential, late_windowed
-from roses_app.algebra.lateness import Arrival, LateWindows, arrival_groups
-from roses_app.algebra.plan import Aggregate, GroupBy
+from roses_app.algebra.eventtime import late_sequential, late_windowed, released_windows
+from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, LateWindows, arrival_groups
+from roses_app.algebra.plan import Aggregate, GroupBy, Window
 from roses_app.algebra.reference_registry import (
     Context,
     RefEvent,
@@ -65,45 +65,58 @@ def _reduce(ctx: Context, node: Aggregate | GroupBy, groups: list[Group]) -> lis
 
 @register
 def _aggregate(node: Aggregate, ctx: Context) -> list[RefEvent]:
-    if late_windowed(node) is not None:
+    if late_windowed(node) is not None or released_windows(node) is not None:
         return _late_windows(node, ctx)
     return _reduce(ctx, node, _groups(node, ctx))
 
 
 @register
 def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
-    if late_windowed(node) is not None:
+    if late_windowed(node) is not None or released_windows(node) is not None:
         return _late_windows(node, ctx)
     return _reduce(ctx, node, _keyed(ctx, node.by, _groups(node, ctx)))
 
 
 def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
-    """α/γ over the windows :mod:`roses_app.algebra.lateness` runs, items taken in
-    arrival order; the late items go to ``ctx.late``."""
+    """α/γ over the windows :mod:`roses_app.algebra.lateness` runs: of items, taken in
+    arrival order (the late items go to ``ctx.late``); of a released run
+    (:func:`~roses_app.algebra.eventtime.released_windows`), what it releases, each
+    time one arrival."""
     from roses_app.xmlfn import split_batch
     from roses_app.xmlfn.reduce import advance_windows
 
     found = late_windowed(node)
-    assert found is not None
-    below, spec = found
-    events = run(below, ctx)
+    if found is not None:
+        below, spec = found
+        events, lateness = run(below, ctx), node.lateness
+    else:
+        spec = released_windows(node)  # type: ignore[assignment]
+        assert spec is not None and isinstance(node.input, Window)
+        events = released_run(node, ctx, stop=node.input.input)
+        lateness = RELEASED_LATENESS
+
+    def arrival(e: RefEvent) -> int:
+        return ctx.arrival(e.seq) if found is not None else e.ts
+
     items = items_only(events)
     keys: list[str | None] = [None] * len(items)
     if isinstance(node, GroupBy):
         keys = split_batch(node.by, ctx.ns, [e.item for e in items])
-    arrivals = [(ctx.arrival(e.seq), Arrival(e.ts, e.seq, None)) for e in heartbeats(events)]
+    arrivals = [(arrival(e), Arrival(e.ts, e.seq, None)) for e in heartbeats(events)]
     arrivals += [
-        (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, key))
+        (arrival(e), Arrival(e.ts, e.seq, e.item, key))
         for e, key in zip(items, keys, strict=True)
         if key is not None or isinstance(node, Aggregate)
     ]
-    state = LateWindows(spec, node.lateness, node.report)
+    state = LateWindows(spec, lateness, node.report)
     planned, settled, published = advance_windows(
         state, arrival_groups(arrivals), node.reduce, ctx.ns, node.stream
     )
-    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
     ctx.unchanged[node] = settled.unchanged
-    ctx.settled[node] = (state.clock, [RefEvent(a.time, a.seq, None) for a in planned.heartbeats])
+    if found is not None:
+        ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in planned.late]
+        heard = [RefEvent(a.time, a.seq, None) for a in planned.heartbeats]
+        ctx.settled[node] = (state.clock, heard)
     return ordered(RefEvent(e.ts, e.seq, item) for e, item in published)
 
 

@@ -299,6 +299,8 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
             events = delta_stream(events, node.kind)
         elif isinstance(node, Nest):
             events = ordered({*heartbeats(events), *nest_stream(events, ALL_DECIDED)})
+        elif isinstance(node, WindowedGrouping):
+            events = grouping_stream(events, node, ctx)
         if node is stop:
             break
     return events
@@ -309,12 +311,21 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
 
 @register
 def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
+    if late_grouped(node) is not None:
+        return late_grouping_events(node, ctx)
+    if late_sequential(node) is not None:
+        return released_run(node, ctx)
+    return grouping_stream(run(node.input, ctx), node, ctx)
+
+
+def grouping_stream(
+    events: Sequence[RefEvent], node: WindowedGrouping, ctx: Context
+) -> list[RefEvent]:
+    """FlameStream's windowed grouping of ``events`` in time order: for each item, the
+    reducer over the last ``size`` items of its key's bucket, at its time."""
     from roses_app.algebra.nested import windowed_grouping
     from roses_app.xmlfn import reduce_batch, split_batch
 
-    if late_grouped(node) is not None:
-        return late_grouping_events(node, ctx)
-    events = run(node.input, ctx)
     present = items_only(events)
     keys = split_batch(node.by, ctx.ns, [e.item for e in present])
     keyed = [(e, k) for e, k in zip(present, keys, strict=True) if k is not None]

@@ -13,7 +13,9 @@ Those results come out of order, but each operator has a clock that decides them
   ``clock - lateness`` are all out.  Filtered or mapped, the same.  Reporting
   optimistically, its final results are its on-close twin's, which the run reads.
   A released run's results come in time order: those before the last time it
-  released are all out.
+  released are all out (its sessions', a gap less one before it: a session's result
+  is at its last item); with a report policy, its final results are its on-close
+  twin's.
 * **Revised windows.**  An aggregate's or a group's window result may be published
   again, in place (same guid), while a late item can still change it; not once its
   time is before ``clock - lateness`` (a session's: the gap too, since an item up to a
@@ -50,13 +52,20 @@ from roses_app.algebra.eventtime import (
     fed_below,
     fed_items,
     fed_operators,
+    final_results,
     late_sequential,
     late_windowed,
+    released_windows,
     revised_windows,
 )
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Diff, Filter, Join, Map, Node, SessionWindow, WindowedGrouping
+from roses_app.algebra.plan import (
+    Filter,
+    Map,
+    Node,
+    SessionWindow,
+)
 from roses_app.algebra.release import Release, release_order
 
 # What names a window's result through its revisions (roses_app.xmlfn.stamp): its
@@ -84,7 +93,9 @@ def fed_horizon(operator: Node, clock: int | None) -> int | None:
     if clock is None:
         return None
     if late_sequential(operator) is not None:  # a run: its last time released
-        return clock
+        # (its sessions close a gap after their last item, the time of their result)
+        spec = released_windows(operator)
+        return clock - (spec.gap - 1 if isinstance(spec, SessionWindow) else 0)
     windowed = late_windowed(operator)
     reach = windowed[1].gap - 1 if windowed and isinstance(windowed[1], SessionWindow) else 0
     return clock - operator.lateness - reach  # type: ignore[attr-defined]
@@ -117,10 +128,7 @@ def fed_branches(below: Node) -> list[FedBranch]:
             assert isinstance(current, Filter | Map)
             tail.append(current)
             current = current.input
-        final = operator
-        if isinstance(operator, Join | Diff | WindowedGrouping) and operator.optimistic:
-            final = replace(operator, optimistic=False)
-        node = final
+        node = final = final_results(operator)
         for step in reversed(tail):
             node = replace(step, input=node)
         out.append(FedBranch(node, final, tuple(reversed(tail)), revised_windows(operator)))

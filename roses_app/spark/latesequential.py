@@ -8,8 +8,10 @@ time (:func:`roses_app.algebra.eventtime.late_sequential`), the rule of
 Over publication time one ``transformWithStateInPandas`` operator, under one constant
 key (the clock is the latest time seen of every item), holds the items on time until
 the clock is more than the lateness past them, then runs them in time order through
-the same stages as over ingest time (the windows, deltas and nests of the run, then an
-aggregate or a group: per time of its window, or per closed window of a periodic one).
+the same stages as over ingest time (:mod:`roses_app.spark.stages`: the windows,
+deltas, nests and windowed groupings of the run, then an aggregate or a group: per
+time of its window, or per closed window of a periodic one; with a report policy or
+sessions, the windows of :mod:`roses_app.algebra.lateness`, each time one arrival).
 Its state (the clock, the items held and each stage's memory) is JSON in one value
 state. Items later than the lateness are counted under ``late:STREAM`` (and an
 aggregate or a group with ``late: publish`` publishes them in its ``late`` part).
@@ -25,6 +27,7 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import (
@@ -32,9 +35,10 @@ from roses_app.algebra.eventtime import (
     late_sequential,
     publishes_late,
     released_chain,
+    released_windows,
 )
 from roses_app.algebra.latejoin import CLOCK_SEQ
-from roses_app.algebra.lateness import LATE_PART, arrival_groups
+from roses_app.algebra.lateness import LATE_PART, Arrival, arrival_groups
 from roses_app.algebra.plan import (
     Aggregate,
     Delta,
@@ -42,8 +46,8 @@ from roses_app.algebra.plan import (
     GroupBy,
     Nest,
     Node,
-    TimeWindow,
     Window,
+    WindowedGrouping,
 )
 from roses_app.algebra.release import Release, release_lateness
 from roses_app.algebra.release_fed import (
@@ -53,15 +57,21 @@ from roses_app.algebra.release_fed import (
     FedBranch,
     FedRelease,
     fed_branches,
+    fed_horizon,
     fed_items,
     mark_seq,
 )
-from roses_app.algebra.windows import closed_windows, open_after, periodic_input
+from roses_app.algebra.slices import SliceMap
+from roses_app.algebra.windows import periodic_input
 from roses_app.spark import udfs
-from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame, nest_groups
+from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame
 from roses_app.spark.late import (
     OUTPUT_DDL,
+    SLICE_DDL,
+    SLICE_KEY_DDL,
+    SLICES,
     JsonStateProcessor,
+    StateSlices,
     output_frame,
     read_arrivals,
     timed_input,
@@ -70,7 +80,6 @@ from roses_app.spark.late import (
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     LowerContext,
-    Namespaces,
     lower,
     register,
     union_all,
@@ -79,148 +88,46 @@ from roses_app.spark.sequential import (
     Event,
     Memory,
     Operator,
-    by_time,
     process,
     stage_of,
     window_or_delta,
+)
+from roses_app.spark.stages import (
+    ClosedWindowsOperator,
+    GroupOperator,
+    KeyedGroupingOperator,
+    NestOperator,
+    WindowsStage,
 )
 
 KEY = "release_key"
 
 
-@dataclass(frozen=True)
-class NestOperator:
-    """Nest as a stage: at each input time, one item holding that time's items."""
-
-    on_error: udfs.ErrorHook
-
-    def advance(
-        self, kept: list[Event], rows: Sequence[Event], key: Any
-    ) -> tuple[list[Event], list[Event]]:
-        groups = [(t, items) for t, items in by_time(rows) if items]
-        nested = nest_groups(
-            [([e.item or "" for e in items], t) for t, items in groups], self.on_error
-        )
-        out = [
-            Event(t, min(e.seq for e in items), item)
-            for (t, items), item in zip(groups, nested, strict=True)
-            if item is not None
-        ]
-        return out, []
+Row = tuple[int, int, str | None, str]  # ts, seq, item, part
 
 
 @dataclass(frozen=True)
-class GroupOperator:
-    """α or γ as a stage: at each input time (its items: a window's content), one item
-    (per key), the reducer over its items, stamped as over ingest time."""
+class ReleasedRun:
+    """What a released run does with one micro-batch, without Spark (the processor
+    and the tests drive it): its release, then its stages, then its windows stage if
+    it has one (:func:`~roses_app.algebra.eventtime.released_windows`)."""
 
-    node: Aggregate | GroupBy
-    namespaces: Namespaces
+    node: Node
+    stages: tuple[Operator, ...]
+    lateness: int
     on_error: udfs.ErrorHook
+    # over operators' results: how many branches tell their horizon (items among them)
+    fed: int = 0
+    items: bool = False  # the last branch is items (keyed ITEMS)
+    windows: WindowsStage | None = None
 
     def advance(
-        self, kept: list[Event], rows: Sequence[Event], key: Any
-    ) -> tuple[list[Event], list[Event]]:
-        groups = [
-            (t, t, t, found, bucket)
-            for t, items in by_time(rows)
-            for found, bucket in buckets(self.node, self.namespaces, items, self.on_error)
-        ]
-        return reduced(self.node, self.namespaces, groups, self.on_error), []
-
-
-MARK = -1  # the seq of the event in which a closed-windows stage keeps its time
-
-
-@dataclass(frozen=True)
-class ClosedWindowsOperator:
-    """α or γ over a periodic time window as a stage reading the window's input: once
-    a later time has come, the reducer over each closed window's items (per key),
-    stamped with its bounds.  It keeps the items of windows still open, and the time
-    it has closed the windows up to."""
-
-    node: Aggregate | GroupBy
-    spec: TimeWindow
-    namespaces: Namespaces
-    on_error: udfs.ErrorHook
-
-    def advance(
-        self, kept: list[Event], rows: Sequence[Event], key: Any
-    ) -> tuple[list[Event], list[Event]]:
-        if not rows:
-            return [], kept
-        since = kept[0].ts if kept and kept[0].seq == MARK else None
-        items = [e for e in kept if e.seq != MARK] + [e for e in rows if e.item is not None]
-        until = rows[-1].ts
-        groups = [
-            (end, start, end, found, bucket)
-            for start, end, content in closed_windows(items, self.spec, until, since)
-            for found, bucket in buckets(self.node, self.namespaces, content, self.on_error)
-        ]
-        out = reduced(self.node, self.namespaces, groups, self.on_error)
-        still = [e for e in items if open_after(self.spec, e.ts, until)]
-        return out, [Event(until, MARK, None), *still]
-
-
-Group = tuple[int, int, int, str | None, list[Event]]  # ts, start, end, key, events
-
-
-def buckets(
-    node: Aggregate | GroupBy, namespaces: Namespaces, items: list[Event], on_error: udfs.ErrorHook
-) -> list[tuple[str | None, list[Event]]]:
-    """A group's items per key (γ), or all of them (α)."""
-    from roses_app.xmlfn.reduce import keyed_buckets
-
-    if isinstance(node, Aggregate):
-        return [(None, items)] if items else []
-    return list(keyed_buckets(node.by, namespaces, items, on_error))
-
-
-def reduced(
-    node: Aggregate | GroupBy, namespaces: Namespaces, groups: list[Group], on_error: udfs.ErrorHook
-) -> list[Event]:
-    """The stamped reducer result of each group, at its time with its lowest seq."""
-    from roses_app.xmlfn.reduce import group_results
-
-    return [
-        Event(*r) for r in group_results(node.reduce, namespaces, node.stream, groups, on_error)
-    ]
-
-
-class LateSequentialProcessor(JsonStateProcessor):
-    """One :class:`Release` and the stages it feeds, micro-batch after micro-batch."""
-
-    def __init__(
-        self,
-        node: Node,
-        stages: Sequence[Operator],
-        lateness: int,
-        on_error: udfs.ErrorHook,
-        tallies: Accumulator[dict[str, int]] | None,
-        fed: int = 0,
-        keyed: bool = False,
-        items: bool = False,
-    ) -> None:
-        super().__init__((), on_error, tallies)
-        self.stream = node.origin.stream
-        self.stages = tuple(stages)
-        self.lateness = lateness
-        self.late_part = publishes_late(node)
-        # over operators' results: how many branches tell their horizon (items among
-        # them); a window's results by their guid (fed_frame's key), so that a
-        # revision replaces, and items keyed ITEMS
-        self.fed = fed
-        self.keyed = keyed
-        self.items = items
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        saved = self.load_state() or {}
+        self, saved: dict[str, Any], groups: list[list[Arrival]], slices: SliceMap | None = None
+    ) -> tuple[list[Row], list[Arrival], dict[str, Any], tuple[int, int, int]]:
+        """The rows to emit (results, late items in the late part, heartbeats released
+        and the horizon told), the items too late, the state to save, and the counts
+        (late, unchanged, revised)."""
         memory = load_memory(saved.get("memory"))
-        # over operators' results, windows' results and items are keyed, the others not
-        found = read_arrivals(rows, "key" if self.keyed else None, unkeyed=True)
-        groups = arrival_groups(found)
         release: Release | FedRelease
         if self.fed:
             items = self.lateness if self.items else None
@@ -230,17 +137,58 @@ class LateSequentialProcessor(JsonStateProcessor):
         released, late = release.advance(groups)
         events = [Event(a.time, a.seq, a.item) for a in released]
         out = process(self.stages, memory, events, 0, self.on_error) if events else []
+        state: dict[str, Any] = {"release": release.dump(), "memory": dump_memory(memory)}
+        counts = (0, 0)
+        found: list[tuple[int, int, str | None]] = [
+            (e.ts, e.seq, e.item) for e in out if e.item is not None
+        ]
+        if self.windows is not None:
+            state["windows"] = saved.get("windows")
+            if out:
+                found, state["windows"], counts = self.windows.advance(
+                    saved.get("windows"), out, slices
+                )
         # the last time released: a run over these results knows what is before it
         # is out (roses_app.algebra.release_fed), and sees the heartbeats released
-        last = max((a.time for a in released), default=saved.get("last"))
-        state = {"release": release.dump(), "memory": dump_memory(memory), "last": last}
-        self.save_state(state)
-        self.tally(self.stream, late=len(late))
-        published = [(e.ts, e.seq, e.item, "") for e in out if e.item is not None]
-        if self.late_part:
+        state["last"] = last = max((a.time for a in released), default=saved.get("last"))
+        published: list[Row] = [(ts, seq, item, "") for ts, seq, item in found]
+        if publishes_late(self.node):
             published += [(a.time, a.seq, a.item or "", LATE_PART) for a in late]
         beats = [a for a in released if a.item is None]
-        told = with_clock(published, beats, last)
+        told = with_clock(published, beats, fed_horizon(self.node, last))
+        return told, late, state, (len(late), *counts)
+
+
+class LateSequentialProcessor(JsonStateProcessor):
+    """One :class:`ReleasedRun`, micro-batch after micro-batch."""
+
+    def __init__(
+        self,
+        run: ReleasedRun,
+        tallies: Accumulator[dict[str, int]] | None,
+        keyed: bool = False,
+    ) -> None:
+        super().__init__((), run.on_error, tallies)
+        self.run = run
+        # over operators' results, a window's results by their guid (fed_frame's key),
+        # so that a revision replaces, and items keyed ITEMS; the others not
+        self.keyed = keyed
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.slices: StateSlices | None = None
+        if self.run.windows is not None and self.run.windows.sliced:
+            self.slices = StateSlices(handle.getMapState(SLICES, SLICE_KEY_DDL, SLICE_DDL))
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        found = read_arrivals(rows, "key" if self.keyed else None, unkeyed=True)
+        told, _, state, (late, unchanged, revised) = self.run.advance(
+            self.load_state() or {}, arrival_groups(found), self.slices
+        )
+        self.save_state(state)
+        self.tally(self.run.node.origin.stream, late=late, unchanged=unchanged, revised=revised)
         if told:
             yield output_frame(told)
 
@@ -259,10 +207,16 @@ def load_memory(saved: dict[str, Any] | None) -> Memory:
 
 def released_stages(node: Node, ctx: LowerContext) -> list[Operator]:
     """The stages of the run of operators ``node`` ends over publication time
-    (:func:`~roses_app.algebra.eventtime.released_chain`), the lowest first."""
+    (:func:`~roses_app.algebra.eventtime.released_chain`), the lowest first; not the
+    windows stage (:func:`windows_stage`) nor the window it reads."""
     stages: list[Operator] = []
-    for n in released_chain(node):
-        if isinstance(n, Aggregate | GroupBy):
+    chain = released_chain(node)
+    if released_windows(node) is not None:
+        chain = chain[:-2]
+    for n in chain:
+        if isinstance(n, WindowedGrouping):
+            stages.append(KeyedGroupingOperator(n, ctx.namespaces, ctx.on_error(n)))
+        elif isinstance(n, Aggregate | GroupBy):
             periodic = periodic_input(n.input)
             if periodic is None:
                 stages.append(GroupOperator(n, ctx.namespaces, ctx.on_error(n)))
@@ -278,12 +232,37 @@ def released_stages(node: Node, ctx: LowerContext) -> list[Operator]:
     return stages
 
 
+def windows_stage(node: Node, ctx: LowerContext) -> WindowsStage | None:
+    """The last stage of ``node``'s run, when it computes windows with a report
+    policy or sessions (:func:`~roses_app.algebra.eventtime.released_windows`)."""
+    spec = released_windows(node)
+    if spec is None:
+        return None
+    assert isinstance(node, Aggregate | GroupBy)
+    return WindowsStage(node, spec, ctx.namespaces, ctx.on_error(node))
+
+
+def released_run(node: Node, ctx: LowerContext) -> ReleasedRun:
+    """The release and the stages of the run ``node`` ends (see :class:`ReleasedRun`)."""
+    below = late_sequential(node)
+    assert below is not None
+    fed = fed_operators(below) is not None
+    sources = len(fed_branches(below)) + (1 if fed_items(below) else 0) if fed else 0
+    return ReleasedRun(
+        node,
+        tuple(released_stages(node, ctx)),
+        release_lateness(node, ctx.lateness),
+        ctx.on_error(node),
+        sources,
+        bool(fed and fed_items(below)),
+        windows_stage(node, ctx),
+    )
+
+
 def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     """The results of ``node`` over publication time: see the module doc."""
     below = late_sequential(node)
     assert below is not None
-    lateness = release_lateness(node, ctx.lateness)
-    stages = released_stages(node, ctx)
     fed = fed_operators(below) is not None
     branches = fed_branches(below) if fed else []
     items = fed_items(below) if fed else []
@@ -292,12 +271,8 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     else:
         frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
     rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
-    hook = ctx.on_error(node)
     keyed = bool(items) or any(b.named for b in branches)
-    sources = len(branches) + (1 if items else 0)
-    processor = LateSequentialProcessor(
-        node, stages, lateness, hook, ctx.errors, sources, keyed, bool(items)
-    )
+    processor = LateSequentialProcessor(released_run(node, ctx), ctx.errors, keyed)
     out = rows.groupBy(KEY).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=OUTPUT_DDL,

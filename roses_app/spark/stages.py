@@ -1,0 +1,225 @@
+"""The stages of a released run over publication time
+(:mod:`roses_app.spark.latesequential`), beyond the windows and deltas of
+:mod:`roses_app.spark.sequential`: each reads the events released to it in time order
+and computes them as over ingest time, all keys under the run's one key.
+
+* a nest, an aggregate or a group per time of its input, or per closed periodic window;
+* a windowed grouping, each key's bucket in the stage's memory;
+* an aggregate or a group over windows with a report policy or sessions
+  (:func:`~roses_app.algebra.eventtime.released_windows`): the windows of
+  :mod:`roses_app.algebra.lateness`, each released time one arrival.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from roses_app.algebra.eventtime import LateSpec
+from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, LateWindows, arrival_groups
+from roses_app.algebra.plan import Aggregate, CountWindow, GroupBy, TimeWindow, WindowedGrouping
+from roses_app.algebra.slices import SliceMap
+from roses_app.algebra.windows import closed_windows, open_after
+from roses_app.spark import udfs
+from roses_app.spark.aggregate import nest_groups
+from roses_app.spark.registry import Namespaces
+from roses_app.spark.sequential import Event, by_time
+
+
+@dataclass(frozen=True)
+class NestOperator:
+    """Nest as a stage: at each input time, one item holding that time's items."""
+
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        groups = [(t, items) for t, items in by_time(rows) if items]
+        nested = nest_groups(
+            [([e.item or "" for e in items], t) for t, items in groups], self.on_error
+        )
+        out = [
+            Event(t, min(e.seq for e in items), item)
+            for (t, items), item in zip(groups, nested, strict=True)
+            if item is not None
+        ]
+        return out, []
+
+
+@dataclass(frozen=True)
+class GroupOperator:
+    """α or γ as a stage: at each input time (its items: a window's content), one item
+    (per key), the reducer over its items, stamped as over ingest time."""
+
+    node: Aggregate | GroupBy
+    namespaces: Namespaces
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        groups = [
+            (t, t, t, found, bucket)
+            for t, items in by_time(rows)
+            for found, bucket in buckets(self.node, self.namespaces, items, self.on_error)
+        ]
+        return reduced(self.node, self.namespaces, groups, self.on_error), []
+
+
+MARK = -1  # the seq of the event in which a closed-windows stage keeps its time
+
+
+@dataclass(frozen=True)
+class ClosedWindowsOperator:
+    """α or γ over a periodic time window as a stage reading the window's input: once
+    a later time has come, the reducer over each closed window's items (per key),
+    stamped with its bounds.  It keeps the items of windows still open, and the time
+    it has closed the windows up to."""
+
+    node: Aggregate | GroupBy
+    spec: TimeWindow
+    namespaces: Namespaces
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        if not rows:
+            return [], kept
+        since = kept[0].ts if kept and kept[0].seq == MARK else None
+        items = [e for e in kept if e.seq != MARK] + [e for e in rows if e.item is not None]
+        until = rows[-1].ts
+        groups = [
+            (end, start, end, found, bucket)
+            for start, end, content in closed_windows(items, self.spec, until, since)
+            for found, bucket in buckets(self.node, self.namespaces, content, self.on_error)
+        ]
+        out = reduced(self.node, self.namespaces, groups, self.on_error)
+        still = [e for e in items if open_after(self.spec, e.ts, until)]
+        return out, [Event(until, MARK, None), *still]
+
+
+Group = tuple[int, int, int, str | None, list[Event]]  # ts, start, end, key, events
+
+
+def buckets(
+    node: Aggregate | GroupBy, namespaces: Namespaces, items: list[Event], on_error: udfs.ErrorHook
+) -> list[tuple[str | None, list[Event]]]:
+    """A group's items per key (γ), or all of them (α)."""
+    from roses_app.xmlfn.reduce import keyed_buckets
+
+    if isinstance(node, Aggregate):
+        return [(None, items)] if items else []
+    return list(keyed_buckets(node.by, namespaces, items, on_error))
+
+
+def reduced(
+    node: Aggregate | GroupBy, namespaces: Namespaces, groups: list[Group], on_error: udfs.ErrorHook
+) -> list[Event]:
+    """The stamped reducer result of each group, at its time with its lowest seq."""
+    from roses_app.xmlfn.reduce import group_results
+
+    return [
+        Event(*r) for r in group_results(node.reduce, namespaces, node.stream, groups, on_error)
+    ]
+
+
+# a grouping stage keeps each kept item with its key: KEY NUL ITEM (NUL is in no XML)
+KEPT_SEP = "\0"
+
+
+@dataclass(frozen=True)
+class KeyedGroupingOperator:
+    """FlameStream's windowed grouping as a stage of a released run: for each item,
+    the reducer over the last ``size`` items of its key's bucket (itself last), at its
+    time.  The memory holds each key's bucket (an item without a key goes nowhere)."""
+
+    node: WindowedGrouping
+    namespaces: Namespaces
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        from roses_app.xmlfn import reduce_batch, split_batch
+
+        items = [e for e in rows if e.item is not None]
+        if not items:
+            return [], kept
+        bucket_of: dict[str, list[Event]] = {}
+        for e in kept:
+            held, _, item = (e.item or "").partition(KEPT_SEP)
+            bucket_of.setdefault(held, []).append(Event(e.ts, e.seq, item))
+        names = split_batch(self.node.by, self.namespaces, [e.item for e in items], self.on_error)
+        groups: dict[str, list[tuple[Event, list[str]]]] = {}
+        for e, found in zip(items, names, strict=True):
+            if found is None:
+                continue
+            bucket = [*bucket_of.get(found, []), e][-self.node.size :]
+            bucket_of[found] = bucket
+            groups.setdefault(found, []).append((e, [b.item or "" for b in bucket]))
+        out: list[Event] = []
+        for name, entries in groups.items():  # one Saxon call per key ($key bound per call)
+            contents = [content for _, content in entries]
+            results = reduce_batch(
+                self.node.reduce, self.namespaces, contents, self.on_error, {"key": name}
+            )
+            out += [Event(e.ts, e.seq, r) for (e, _), r in zip(entries, results, strict=True) if r]
+        memory = [
+            Event(e.ts, e.seq, f"{name}{KEPT_SEP}{e.item}")
+            for name, bucket in bucket_of.items()
+            for e in bucket
+        ]
+        return out, memory
+
+
+@dataclass(frozen=True)
+class WindowsStage:
+    """An aggregate or a group over windows with a report policy or sessions, last
+    stage of a released run (:func:`~roses_app.algebra.eventtime.released_windows`):
+    :class:`LateWindows` over what the stages before it give, each time one arrival
+    (in time order: nothing is late).  Its state is the windows' (its items in
+    ``slices``)."""
+
+    node: Aggregate | GroupBy
+    spec: LateSpec
+    namespaces: Namespaces
+    on_error: udfs.ErrorHook
+
+    @property
+    def sliced(self) -> bool:
+        """Whether its windows keep their items in slices (periodic or sessions)."""
+        return not isinstance(self.spec, CountWindow)
+
+    def advance(
+        self, saved: Any, events: Sequence[Event], slices: SliceMap | None
+    ) -> tuple[list[tuple[int, int, str | None]], Any, tuple[int, int]]:
+        """The results to publish, the state to save, and (unchanged, revised)."""
+        from roses_app.xmlfn import split_batch
+        from roses_app.xmlfn.reduce import advance_windows
+
+        node = self.node
+        windows = LateWindows.load(self.spec, RELEASED_LATENESS, node.report, saved, slices)
+        items = [e for e in events if e.item is not None]
+        keys: list[str | None] = [None] * len(items)
+        if isinstance(node, GroupBy):
+            keys = split_batch(node.by, self.namespaces, [e.item for e in items], self.on_error)
+        arrivals = [(e.ts, Arrival(e.ts, e.seq, None)) for e in events if e.item is None]
+        arrivals += [
+            (e.ts, Arrival(e.ts, e.seq, e.item, k))
+            for e, k in zip(items, keys, strict=True)
+            if k is not None or isinstance(node, Aggregate)
+        ]
+        _, settled, published = advance_windows(
+            windows,
+            arrival_groups(arrivals),
+            node.reduce,
+            self.namespaces,
+            node.stream,
+            self.on_error,
+        )
+        revised = sum(1 for e, _ in published if e.revision)
+        out: list[tuple[int, int, str | None]] = [(e.ts, e.seq, item) for e, item in published]
+        return out, windows.dump(), (settled.unchanged, revised)
