@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from roses_app.algebra.eventtime import (
     chained_grouping,
     late_sequential,
+    released_joined,
     released_windows,
     revised_windows,
 )
@@ -84,6 +89,28 @@ def event_lists(draw: st.DrawFn, max_size: int = 25) -> list[RefInput]:
         RefInput(draw(st.sampled_from(SOURCES)), ts, seq, draw(items()))
         for seq, ts in enumerate(times, start=1)
     ]
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def compact(make: Callable[P, st.SearchStrategy[T]]) -> Callable[P, st.SearchStrategy[T]]:
+    """``make``'s strategy, spelt by its name and arguments: hypothesis spells a
+    filtered strategy out in full when the filter rejects a value, and the plan
+    strategies nest one another many times over (gigabytes of text, spelt whole)."""
+    built = functools.lru_cache(maxsize=None)(make)
+
+    @functools.wraps(make)
+    def strategy(*args: P.args, **kwargs: P.kwargs) -> st.SearchStrategy[T]:
+        @st.composite
+        def drawn(draw: st.DrawFn) -> T:
+            return draw(built(*args, **kwargs))
+
+        drawn.__name__ = drawn.__qualname__ = make.__name__
+        return drawn()
+
+    return strategy
 
 
 def plans(max_leaves: int = 4) -> st.SearchStrategy[Node]:
@@ -184,6 +211,7 @@ def out_of_order_event_lists(draw: st.DrawFn, max_size: int = 25) -> list[RefInp
     return out
 
 
+@compact
 def late_grouping_plans() -> st.SearchStrategy[Node]:
     """A windowed grouping of a stateless plan in publication time, with a lateness,
     reporting on close or optimistically; its reducer shows the items it reduces, or
@@ -225,6 +253,7 @@ def late_sequential_plans() -> st.SearchStrategy[Node]:
 RUN = (Window, Delta, Nest)
 
 
+@compact
 def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchStrategy[Node]:
     """One or two windows, deltas or nests over ``below`` (default: a stateless plan
     in publication time), or an aggregate or a group over a window of those (periodic,
@@ -310,6 +339,7 @@ def reports() -> st.SearchStrategy[Report]:
     )
 
 
+@compact
 def late_window_plans() -> st.SearchStrategy[Node]:
     """α or γ over a periodic window of a stateless plan in publication time, with a
     lateness, a late policy and a report policy."""
@@ -343,11 +373,12 @@ def late_window_plans() -> st.SearchStrategy[Node]:
     )
 
 
-def late_join_plans() -> st.SearchStrategy[Node]:
+@compact
+def late_join_plans(below: st.SearchStrategy[Node] | None = None) -> st.SearchStrategy[Node]:
     """A join (any kind), a semijoin or a difference of sliding windows (or none) of
-    stateless plans in publication time, with a lateness; joins and differences
-    reporting on close or optimistically."""
-    below = plans(max_leaves=2).map(published_time)
+    ``below`` (default: stateless plans in publication time), with a lateness; joins
+    and differences reporting on close or optimistically."""
+    below = plans(max_leaves=2).map(published_time) if below is None else below
     lateness = st.integers(0, 10)
     predicates = st.sampled_from(PAIR_PREDICATES)
     return st.one_of(
@@ -366,6 +397,7 @@ def late_join_plans() -> st.SearchStrategy[Node]:
     )
 
 
+@compact
 def fed_operator_plans() -> st.SearchStrategy[Node]:
     """Operators over publication time whose results a released run reads: a join,
     semijoin, difference or windowed grouping (reporting on close, or optimistically:
@@ -381,10 +413,14 @@ def fed_operator_plans() -> st.SearchStrategy[Node]:
     return read | union | fed_item_unions()
 
 
-def fed_reads() -> st.SearchStrategy[Node]:
+@compact
+def fed_reads(joins: bool = True) -> st.SearchStrategy[Node]:
     """One operator of :func:`fed_operator_plans`, filtered, mapped or not; or a run
-    of items or of a join's results (its last time released decides them)."""
+    of items or of a join's results (its last time released decides them); with
+    ``joins``, also a join of operators' results (:func:`released_join_plans`)."""
     operators = late_join_plans() | late_grouping_plans()
+    if joins:
+        operators |= released_join_plans()
     operators |= late_window_plans().filter(revised_windows)
     runs = released_chains() | released_chains(late_join_plans())
     operators |= runs.filter(lambda n: late_sequential(n) is not None)
@@ -396,8 +432,19 @@ def fed_reads() -> st.SearchStrategy[Node]:
     )
 
 
-def fed_item_unions() -> st.SearchStrategy[Node]:
+@compact
+def released_join_plans() -> st.SearchStrategy[Node]:
+    """A join, a semijoin or a difference whose sides read operators' results
+    (:func:`fed_reads`, or a union of those with items) or items, one side at least
+    operators' results: both released together, then joined in time order."""
+    items = plans(max_leaves=2).map(published_time)
+    sides = fed_reads(joins=False) | fed_item_unions(joins=False) | items
+    return late_join_plans(sides).filter(lambda n: released_joined(n) is not None)
+
+
+@compact
+def fed_item_unions(joins: bool = True) -> st.SearchStrategy[Node]:
     """A union of an operator's results (:func:`fed_reads`) and items in publication
     time, which the run's own clock decides."""
     items = plans(max_leaves=2).map(published_time)
-    return st.builds(lambda a, b: Union((a, b)), fed_reads(), items)
+    return st.builds(lambda a, b: Union((a, b)), fed_reads(joins), items)

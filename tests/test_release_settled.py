@@ -26,7 +26,6 @@ from strategies import (
     out_of_order_event_lists,
     released_chains,
 )
-from test_config import problems_in
 from test_differential import assert_engines_agree
 from test_lategrouping import arrivals_of
 from test_latejoin import join_arrivals
@@ -35,6 +34,7 @@ from roses_app.algebra.eventtime import (
     fed_operators,
     late_sequential,
     late_windowed,
+    released_joined,
 )
 from roses_app.algebra.lategrouping import LateGrouping
 from roses_app.algebra.latejoin import CLOCK_SEQ, LateJoin, join_keyed, join_kind
@@ -104,6 +104,8 @@ def operator_batches(
 
     if late_sequential(below) is not None:  # a run's results
         return run_batches(below, events, cuts)
+    if released_joined(below) is not None:  # a join of released sides
+        return released_join_batches(below, events, cuts)
     if isinstance(below, Aggregate | GroupBy):
         groups = window_arrivals(below, events)
     elif isinstance(below, WindowedGrouping):
@@ -151,7 +153,7 @@ def through(tail: tuple[Filter | Map, ...], rows: list[Row]) -> list[Row]:
 
 def tombstoned(step: Filter | Map, rows: list[Row]) -> list[Row]:
     """``rows`` through a filter or a map as a run over windows' results takes them
-    (:func:`roses_app.spark.latesequential.named_tail`): a version dropped is kept as
+    (:func:`roses_app.spark.fed.named_tail`): a version dropped is kept as
     DROPPED, which still replaces the earlier ones."""
     from roses_app.xmlfn import filter_batch, map_batch
 
@@ -205,9 +207,7 @@ def run_batches(
     horizon: int | None = None
     out_batches: list[tuple[list[Row], list[Arrival], int | None]] = []
     for batch in range(len(cuts) + 1):
-        arrivals: list[tuple[int, Arrival]] = list(items.get(batch, []))
-        for index, (branch, run) in enumerate(zip(fed, runs, strict=True)):
-            arrivals += branch_arrivals(branch, index, run[batch])
+        arrivals = side_arrivals(fed, runs, items, batch)
         if not fed:
             arrivals = [(t, Arrival(a.time, a.seq, a.item)) for t, a in arrivals]
         told, _, state, _ = released.advance(saved, arrival_groups(arrivals), store)
@@ -217,6 +217,55 @@ def run_batches(
         out_batches.append((results, [a for a in beats if a.seq != CLOCK_SEQ], horizon))
         saved = json.loads(json.dumps(state))
     return out_batches
+
+
+Batches = list[tuple[list[Row], list[Arrival], int | None]]
+
+
+def released_join_batches(plan: Node, events: list[RefInput], cuts: list[int]) -> Batches:
+    """Per micro-batch, the results of a join over operators' results, its heartbeats
+    and its horizon: each side's operators' results and items (as a released run
+    takes them) through :class:`~roses_app.spark.latejoin.ReleasedJoin`, its state
+    through JSON."""
+    from roses_app.algebra.release_fed import side_inputs
+    from roses_app.spark.latejoin import ReleasedJoin
+
+    sides = released_joined(plan)
+    assert sides is not None
+    joined = ReleasedJoin(plan, (), failed)  # type: ignore[arg-type]
+    inputs = [side_inputs(below) for below in (sides[0], sides[2])]
+    runs = [[operator_batches(b.operator, events, cuts) for b in fed] for fed, _ in inputs]
+    items = [item_batches(found, events, cuts) for _, found in inputs]
+    saved: dict[str, Any] | None = None
+    horizon: int | None = None
+    out: Batches = []
+    for batch in range(len(cuts) + 1):
+        left, right = (
+            arrival_groups(side_arrivals(fed, side_runs, side_items, batch))
+            for (fed, _), side_runs, side_items in zip(inputs, runs, items, strict=True)
+        )
+        told, state, _ = joined.advance(saved, left, right)
+        results = [(t, seq, item) for t, seq, item, _ in told if item is not None]
+        beats = [Arrival(t, seq, None) for t, seq, item, _ in told if item is None]
+        horizon = max((a.time for a in beats if a.seq == CLOCK_SEQ), default=horizon)
+        out.append((results, [a for a in beats if a.seq != CLOCK_SEQ], horizon))
+        saved = json.loads(json.dumps(state))
+    return out
+
+
+def side_arrivals(
+    fed: list[FedBranch],
+    runs: list[Batches],
+    items: dict[int, list[tuple[int, Arrival]]],
+    batch: int,
+) -> list[tuple[int, Arrival]]:
+    """What a reader of operators' results takes in micro-batch ``batch``: the items
+    of its item branches, and each branch's operator's results, heartbeats and
+    horizon (:func:`branch_arrivals`)."""
+    arrivals: list[tuple[int, Arrival]] = list(items.get(batch, []))
+    for index, (branch, run) in enumerate(zip(fed, runs, strict=True)):
+        arrivals += branch_arrivals(branch, index, run[batch])
+    return arrivals
 
 
 def branch_arrivals(
@@ -362,6 +411,11 @@ FED_STREAMS: list[tuple[str, int | None]] = [
     # a gap has passed its last item
     ("after_live: {window: {from: live, count: 2}}", 0),
     ("after_streaks: {window: {from: streaks, count: 2}}", H - 1),
+    # a join of a join's results and items: both sides released together, then
+    # joined in time order (nothing late: its results before its clock are out)
+    ("pairs_blog: {join: {left: pairs, right: {window: {from: blog, time: 1h}},"
+     " on: 'true()', kind: left}}", None),
+    ("new_pairs_blog: {delta: {from: {window: {from: pairs_blog, count: 2}}}}", 0),
 ]  # fmt: skip
 
 
@@ -387,24 +441,6 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
     assert "the results of Join at step pairs/join and WindowedGrouping at step" in both
     later = describe(config.streams["later"].plan)
     assert "Join at step eager/join (its final results, computed on close)" in later
-
-
-@pytest.mark.parametrize(
-    ("stream", "step"),
-    [
-        # a join of a join's results: a join's sides are items
-        (
-            "  later: {join: {left: pairs, right: blog, on: 'true()'}}\n",
-            "Join at step later/join",
-        ),
-    ],
-)
-def test_what_no_engine_runs_over_operators_results_is_refused_with_its_line(
-    stream: str, step: str, tmp_path: Path
-) -> None:
-    problems = problems_in(HEAD + stream, tmp_path)
-    assert len(problems) == 1 and step in problems[0], problems
-    assert "runs of windows, deltas, nests and windowed groupings over them" in problems[0]
 
 
 @pytest.mark.spark

@@ -112,22 +112,46 @@ def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
 JoinSides = tuple[Node, TimeWindow | None, Node, TimeWindow | None]
 
 
-def late_joined(node: Node) -> JoinSides | None:
-    """(left stream, its window, right stream, its window) when ``node`` is a join, a
-    semijoin or a difference over items read in publication time whose sides are
-    sliding time windows (or no window) of stateless plans: what
-    :mod:`roses_app.algebra.latejoin` runs."""
-    if not isinstance(node, Join | Semijoin | Diff) or not event_timed(node):
+def join_sides(node: Node) -> JoinSides | None:
+    """(left input, its window, right input, its window) when ``node`` is a join, a
+    semijoin or a difference whose sides are sliding time windows (or no window)."""
+    if not isinstance(node, Join | Semijoin | Diff):
         return None
     found: list[Node | TimeWindow | None] = []
     for side in (node.left, node.right):
         below, spec = (side.input, side.spec) if isinstance(side, Window) else (side, None)
         if spec is not None and not (isinstance(spec, TimeWindow) and spec.period is None):
             return None
-        if not stateless(below):
-            return None
         found += [below, spec]
     return found[0], found[1], found[2], found[3]  # type: ignore[return-value]
+
+
+def late_joined(node: Node) -> JoinSides | None:
+    """:func:`join_sides` of ``node`` when it reads items in publication time and its
+    sides' inputs are stateless plans: what :mod:`roses_app.algebra.latejoin` runs."""
+    if not event_timed(node):
+        return None
+    sides = join_sides(node)
+    if sides is None or not (stateless(sides[0]) and stateless(sides[2])):
+        return None
+    return sides
+
+
+def released_joined(node: Node) -> JoinSides | None:
+    """:func:`join_sides` of ``node`` over publication time when a side reads
+    operators' results (:func:`fed_input`), the other those or items: both sides
+    released together in time order (:class:`~roses_app.algebra.release_fed.SidesRelease`),
+    then :mod:`roses_app.algebra.latejoin`'s rule over them, nothing late."""
+    return memoized(node, "released_joined", _released_joined)
+
+
+def _released_joined(node: Node) -> JoinSides | None:
+    if not event_timed(node) or late_joined(node) is not None:
+        return None
+    sides = join_sides(node)
+    if sides is None or not all(stateless(b) or fed_input(b) for b in (sides[0], sides[2])):
+        return None
+    return sides
 
 
 def late_grouped(node: Node) -> Node | None:
@@ -153,7 +177,7 @@ def decided(node: Node) -> bool:
     final results are then an out-of-order input like the items themselves, complete
     before its horizon after each arrival (:mod:`roses_app.algebra.release_fed`)."""
     found = late_joined(node) is not None or late_grouped(node) is not None
-    return found or late_sequential(node) is not None
+    return found or released_joined(node) is not None or late_sequential(node) is not None
 
 
 def revised_windows(node: Node) -> bool:
@@ -379,7 +403,7 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
     windows |= {
         id(side)
         for n in plan.walk()
-        if late_joined(n) is not None
+        if late_joined(n) is not None or released_joined(n) is not None
         for side in (n.left, n.right)  # type: ignore[attr-defined]
         if isinstance(side, Window)
     }
@@ -389,7 +413,7 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
         )
         if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
             continue
-        late = (late_windowed, late_joined, late_grouped, late_sequential)
+        late = (late_windowed, late_joined, late_grouped, late_sequential, released_joined)
         if any(found(node) is not None for found in late):
             continue  # its output comes out of order too: stateful readers are reported
         timed[id(node)] = False  # the operators above it: the same cause, reported once
@@ -400,7 +424,8 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
                 "time (time: published), which may come out of order; over publication "
                 "time, only these run for now: aggregates and groups over windows, joins, "
                 "semijoins and differences of sliding time windows, and windowed "
-                "groupings, of filters, maps and unions; and runs of windows, deltas, "
+                "groupings, of filters, maps and unions (a join's sides may also be the "
+                "results of the operators below); and runs of windows, deltas, "
                 "nests and windowed groupings over them or over the results (filtered or "
                 "mapped, or a union of them, with items or not) of joins, groupings, "
                 "aggregates or groups over windows, or such runs, with an aggregate or a "

@@ -4,6 +4,8 @@ publishes arrival after arrival, computed from the whole event list."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from roses_app.algebra.latejoin import LEFT, RIGHT, alone_sides, join_kind
 from roses_app.algebra.lateness import Arrival, arrival_order
 from roses_app.algebra.plan import Diff, Join
@@ -16,12 +18,14 @@ def optimistic_events(
     sides: tuple[list[RefEvent], list[RefEvent]],
     via_left: set[tuple[int, int]],
     via_right: set[tuple[int, int]],
+    arrival: Callable[[RefEvent], int],
 ) -> set[RefEvent]:
     """``report: optimistic`` over publication time, as
     :meth:`roses_app.algebra.latejoin.LateJoin.provisional` runs it in arrival order:
     an item of a side published without a partner that no partner came before is
     published at its arrival; if a partner comes after it, it is taken back at the
-    first one (a withdrawal, unless that pair takes its place)."""
+    first one (a withdrawal, unless that pair takes its place).  ``arrival``: when an
+    event reached the join."""
     from roses_app.xmlfn.pairs import replaced_by_pair
     from roses_app.xmlfn.stamp import withdrawn_item
 
@@ -36,7 +40,7 @@ def optimistic_events(
     alone = [(tag, events) for tag, events in ((LEFT, left), (RIGHT, right)) if tag in kinds]
 
     def order(tag: str, e: RefEvent) -> tuple[int, int, int, str, str]:
-        return (ctx.arrival(e.seq), *arrival_order(Arrival(e.ts, e.seq, e.item, tag)))
+        return (arrival(e), *arrival_order(Arrival(e.ts, e.seq, e.item, tag)))
 
     out: set[RefEvent] = set()
     for tag, events in alone:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from roses_app.algebra.eventtime import released_joined
 from roses_app.algebra.lateness import Arrival, arrival_groups
 from roses_app.algebra.plan import Node
 from roses_app.algebra.reference_registry import Context, RefEvent, items_only, ordered, run
@@ -21,23 +22,25 @@ from roses_app.algebra.release_fed import (
     fed_horizon,
     fed_items,
     last_versions,
+    side_inputs,
 )
 
 
 def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node) -> list[RefEvent]:
     """``events`` as a :class:`Release` with ``lateness`` gives them out, from the whole
     list; the items too late go to ``ctx.late[node]``."""
-    return _release(events, ctx, lateness, node)[0]
+    out, _, ctx.late[node] = _release(events, ctx, lateness)
+    return out
 
 
 def _release(
-    events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node
-) -> tuple[list[RefEvent], Release]:
+    events: Sequence[RefEvent], ctx: Context, lateness: int
+) -> tuple[list[RefEvent], Release, list[RefEvent]]:
     arrivals = [(ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item)) for e in events]
     release = Release(lateness)
     out, late = release.advance(arrival_groups(arrivals))
-    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in late]
-    return [RefEvent(a.time, a.seq, a.item) for a in out], release
+    dropped = [RefEvent(a.time, a.seq, a.item) for a in late]
+    return [RefEvent(a.time, a.seq, a.item) for a in out], release, dropped
 
 
 def fed_released(below: Node, ctx: Context, node: Node, lateness: int) -> list[RefEvent]:
@@ -48,23 +51,55 @@ def fed_released(below: Node, ctx: Context, node: Node, lateness: int) -> list[R
     (:func:`~roses_app.algebra.eventtime.fed_items`) as a :class:`Release` with
     ``lateness`` gives them out, its horizon one more (the items too late go to
     ``ctx.late[node]``)."""
+    events, horizon, late = _fed_side(fed_branches(below), fed_items(below), ctx, lateness)
+    if fed_items(below):
+        ctx.late[node] = late
+    return [] if horizon is None else ordered(e for e in events if e.ts < horizon)
+
+
+def released_sides(node: Node, ctx: Context) -> tuple[list[RefEvent], list[RefEvent]]:
+    """A join's sides over operators' results
+    (:func:`~roses_app.algebra.eventtime.released_joined`) as
+    :class:`~roses_app.algebra.release_fed.SidesRelease` gives them out: each side's
+    results and items (through their own clock, the join's lateness: the items too
+    late go to ``ctx.late[node]``) that both sides have decided, in time order."""
+    sides = released_joined(node)
+    assert sides is not None
+    found = [
+        _fed_side(*side_inputs(below), ctx, node.lateness)  # type: ignore[attr-defined]
+        for below in (sides[0], sides[2])
+    ]
+    ctx.late[node] = [e for _, _, late in found for e in late]
+    horizons = [h for _, h, _ in found]
+    if None in horizons:
+        return [], []
+    horizon = min(h for h in horizons if h is not None)
+    left, right = ([e for e in events if e.ts < horizon] for events, _, _ in found)
+    return ordered(left), ordered(right)
+
+
+def _fed_side(
+    fed: Sequence[FedBranch], items: Sequence[Node], ctx: Context, lateness: int
+) -> tuple[set[RefEvent], int | None, list[RefEvent]]:
+    """The events of the branches ``fed`` (their operators' final results and
+    heartbeats on time) and of the item branches ``items`` (as their release gives
+    them out), the least horizon of them all, and the items too late."""
     events: set[RefEvent] = set()
     horizons: list[int | None] = []
-    for branch in fed_branches(below):
+    for branch in fed:
         events.update(items_only(_final_results(branch, ctx)))
         clock, taken = ctx.settled[branch.operator]
         horizons.append(fed_horizon(branch.operator, clock))
         events.update(taken)
-    items = fed_items(below)
+    late: list[RefEvent] = []
     if items:
         union = ordered({e for child in items for e in run(child, ctx)})
-        out, release = _release(union, ctx, lateness, node)
+        out, release, late = _release(union, ctx, lateness)
         events.update(out)
         horizons.append(release.horizon)
-    if any(h is None for h in horizons):
-        return []
-    horizon = min(h for h in horizons if h is not None)
-    return ordered(e for e in events if e.ts < horizon)
+    if not horizons or None in horizons:
+        return events, None, late
+    return events, min(h for h in horizons if h is not None), late
 
 
 def _final_results(branch: FedBranch, ctx: Context) -> list[RefEvent]:
@@ -81,4 +116,4 @@ def _final_results(branch: FedBranch, ctx: Context) -> list[RefEvent]:
     return run(branch.node, replace(ctx, memo={branch.operator: last}))
 
 
-__all__ = ["fed_released", "released"]
+__all__ = ["fed_released", "released", "released_sides"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import groupby
 
 from roses_app.algebra.delta import delta
@@ -26,9 +27,10 @@ from roses_app.algebra.eventtime import (
     late_joined,
     late_sequential,
     released_chain,
+    released_joined,
 )
 from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
-from roses_app.algebra.lateness import Arrival, arrival_groups
+from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, arrival_groups
 from roses_app.algebra.plan import (
     CountWindow,
     Delta,
@@ -56,7 +58,7 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_release import fed_released, released
+from roses_app.algebra.reference_release import fed_released, released, released_sides
 from roses_app.algebra.release import release_lateness
 from roses_app.algebra.release_fed import fed_release
 from roses_app.algebra.windows import call_bounds, window_content
@@ -147,26 +149,41 @@ def _on_time_sides(
     """Both sides' events, and which items surely have no new partner: in ingest time
     those before the horizon; over publication time (:func:`late_joined`) the items
     too late are left out, taken in arrival order, and the rule is
-    :func:`roses_app.algebra.latejoin.decided` at the last clock."""
-    left, right = run(side(node.left)[0], ctx), run(side(node.right)[0], ctx)
-    if late_joined(node) is None:
+    :func:`roses_app.algebra.latejoin.decided` at the last clock; over operators'
+    results (:func:`released_joined`), the same over what both sides released, in
+    time order (nothing is late)."""
+    released = released_joined(node) is not None
+    if released:
+        left, right = released_sides(node, ctx)
+    else:
+        left, right = run(side(node.left)[0], ctx), run(side(node.right)[0], ctx)
+    if late_joined(node) is None and not released:
         return left, right, lambda t: t < ctx.horizon
     sides = ((LEFT, left), (RIGHT, right))
     arrivals = [
-        (ctx.arrival(e.seq), Arrival(e.ts, e.seq, e.item, tag))
+        (join_arrival(ctx, node, e), Arrival(e.ts, e.seq, e.item, tag))
         for tag, events in sides
         for e in events
     ]
-    taken = on_time(arrival_groups(arrivals), node.lateness)
+    lateness = RELEASED_LATENESS if released else node.lateness
+    taken = on_time(arrival_groups(arrivals), lateness)
     clock = taken.clock
-    ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in taken.late]
+    if not released:  # (over released sides, their items' releases found the late ones)
+        ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in taken.late]
     ctx.settled[node] = (clock, [RefEvent(a.time, a.seq, None) for a in taken.heartbeats])
     keep = set(taken.kept)
     on_left, on_right = (
         [e for e in events if e.item is not None and Arrival(e.ts, e.seq, e.item, tag) in keep]
         for tag, events in sides
     )
-    return on_left, on_right, lambda t: decided(t, clock, node.lateness)
+    return on_left, on_right, lambda t: decided(t, clock, lateness)
+
+
+def join_arrival(ctx: Context, node: Node, event: RefEvent) -> int:
+    """When ``event`` reaches the join ``node`` over publication time: its ingest
+    time, or over released sides (:func:`released_joined`) its own time (they come
+    in time order, each time one arrival)."""
+    return event.ts if released_joined(node) is not None else ctx.arrival(event.seq)
 
 
 def _matches(
@@ -231,7 +248,8 @@ def _join(node: Join, ctx: Context) -> list[RefEvent]:
         found = {j for _, j in via_right}
         out.update(e for j, e in enumerate(right) if j not in found and done(e.ts))
     if node.optimistic:
-        out.update(optimistic_events(ctx, node, (left, right), via_left, via_right))
+        arrival = partial(join_arrival, ctx, node)
+        out.update(optimistic_events(ctx, node, (left, right), via_left, via_right, arrival))
     return ordered(out)
 
 
@@ -248,7 +266,8 @@ def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
     found = {i for i, _ in via_left}
     out = {e for i, e in enumerate(left) if i not in found and done(e.ts)}
     if node.optimistic:
-        out.update(optimistic_events(ctx, node, (left, right), via_left, set()))
+        arrival = partial(join_arrival, ctx, node)
+        out.update(optimistic_events(ctx, node, (left, right), via_left, set(), arrival))
     return ordered(out)
 
 

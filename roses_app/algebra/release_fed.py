@@ -55,10 +55,12 @@ from roses_app.algebra.eventtime import (
     final_results,
     late_sequential,
     late_windowed,
+    released_joined,
     released_windows,
     revised_windows,
 )
-from roses_app.algebra.latejoin import CLOCK_SEQ
+from roses_app.algebra.latejoin import CLOCK_SEQ, LEFT, RIGHT
+from roses_app.algebra.lateness import RELEASED_LATENESS
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import (
     Filter,
@@ -96,6 +98,8 @@ def fed_horizon(operator: Node, clock: int | None) -> int | None:
         # (its sessions close a gap after their last item, the time of their result)
         spec = released_windows(operator)
         return clock - (spec.gap - 1 if isinstance(spec, SessionWindow) else 0)
+    if released_joined(operator) is not None:  # over released sides: nothing late
+        return clock - RELEASED_LATENESS
     windowed = late_windowed(operator)
     reach = windowed[1].gap - 1 if windowed and isinstance(windowed[1], SessionWindow) else 0
     return clock - operator.lateness - reach  # type: ignore[attr-defined]
@@ -241,6 +245,74 @@ class FedRelease:
         return cls(sources, marks, held, release)
 
 
+def side_inputs(below: Node) -> tuple[list[FedBranch], list[Node]]:
+    """A released join's side (:func:`~roses_app.algebra.eventtime.released_joined`):
+    the branches of operators' results it reads, and its branches of items (all of
+    it when it is a stateless plan)."""
+    if fed_operators(below) is None:
+        return [], [below]
+    return fed_branches(below), fed_items(below)
+
+
+def side_shape(below: Node, lateness: int) -> tuple[int, int | None]:
+    """What a side's :class:`FedRelease` waits for: how many branches tell their
+    horizon (the items one more) and, if it has items, their lateness."""
+    fed, items = side_inputs(below)
+    return len(fed) + (1 if items else 0), (lateness if items else None)
+
+
+class SidesRelease:
+    """The two sides of a join over operators' results
+    (:func:`~roses_app.algebra.eventtime.released_joined`), each a :class:`FedRelease`
+    (its operators' results; its items through their own clock, the join's lateness),
+    what either gives held until the other has decided that time too, then out in
+    time order, each arrival with its side in its key."""
+
+    def __init__(self, sides: tuple[FedRelease, FedRelease], held: list[Arrival] | None = None):
+        self.sides = sides
+        self.held: list[Arrival] = held or []
+
+    @property
+    def horizon(self) -> int | None:
+        """What both sides have decided (None until each has told)."""
+        found = [side.horizon for side in self.sides]
+        return None if None in found else min(h for h in found if h is not None)
+
+    def advance(
+        self, left: Iterable[Sequence[Arrival]], right: Iterable[Sequence[Arrival]]
+    ) -> tuple[list[Arrival], list[Arrival]]:
+        """Each side's arrival groups: the events released now (in time order, keyed
+        LEFT or RIGHT) and the items too late."""
+        late: list[Arrival] = []
+        for tag, release, groups in zip((LEFT, RIGHT), self.sides, (left, right), strict=True):
+            out, dropped = release.advance(groups)
+            late += dropped
+            self.held += [Arrival(a.time, a.seq, a.item, tag) for a in out]
+        horizon = self.horizon
+        if horizon is None:
+            return [], late
+        released = sorted((a for a in self.held if a.time < horizon), key=release_order)
+        self.held = [a for a in self.held if a.time >= horizon]
+        return released, late
+
+    def dump(self) -> dict[str, Any]:
+        held = [[a.time, a.seq, a.item, a.key] for a in self.held]
+        return {"sides": [side.dump() for side in self.sides], "held": held}
+
+    @classmethod
+    def load(
+        cls, shapes: Sequence[tuple[int, int | None]], saved: dict[str, Any] | None
+    ) -> SidesRelease:
+        """``shapes``: each side's branches and its items' lateness (None: no items)."""
+        found = saved["sides"] if saved else [None, None]
+        left, right = (
+            FedRelease.load(sources, side, items)
+            for (sources, items), side in zip(shapes, found, strict=True)
+        )
+        held = [Arrival(*entry) for entry in saved["held"]] if saved else []
+        return cls((left, right), held)
+
+
 __all__ = [
     "DROPPED",
     "ITEMS",
@@ -248,6 +320,7 @@ __all__ = [
     "RESULT_NAME",
     "FedBranch",
     "FedRelease",
+    "SidesRelease",
     "branches",
     "fed_branches",
     "fed_horizon",
@@ -256,4 +329,6 @@ __all__ = [
     "fed_release",
     "last_versions",
     "mark_seq",
+    "side_inputs",
+    "side_shape",
 ]

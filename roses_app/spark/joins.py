@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 from roses_app.algebra.equikeys import EquiKey, equi_key
-from roses_app.algebra.eventtime import late_joined
+from roses_app.algebra.eventtime import late_joined, released_joined
 from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Window, XQuery
 from roses_app.spark.latejoin import late_join_frame
@@ -398,7 +398,7 @@ def _composed(pairs: DataFrame, node: Join, ctx: LowerContext) -> DataFrame:
 
 @register
 def _join(node: Join, ctx: LowerContext) -> DataFrame:
-    if late_joined(node) is not None:
+    if late_joined(node) is not None or released_joined(node) is not None:
         return late_join_frame(node, ctx)
     s = sides(node, ctx)
     gaps = (by_left(s.right_reach), by_right(s.left_reach))
@@ -411,7 +411,7 @@ def _join(node: Join, ctx: LowerContext) -> DataFrame:
 
 @register
 def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
-    if late_joined(node) is not None:
+    if late_joined(node) is not None or released_joined(node) is not None:
         return late_join_frame(node, ctx)
     s = sides(node, ctx)
     return with_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))
@@ -419,7 +419,7 @@ def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
 
 @register
 def _diff(node: Diff, ctx: LowerContext) -> DataFrame:
-    if late_joined(node) is not None:
+    if late_joined(node) is not None or released_joined(node) is not None:
         return late_join_frame(node, ctx)
     s = sides(node, ctx)
     return without_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))

@@ -19,7 +19,7 @@ aggregate or a group with ``late: publish`` publishes them in its ``late`` part)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +37,10 @@ from roses_app.algebra.eventtime import (
     released_chain,
     released_windows,
 )
-from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import LATE_PART, Arrival, arrival_groups
 from roses_app.algebra.plan import (
     Aggregate,
     Delta,
-    Filter,
     GroupBy,
     Nest,
     Node,
@@ -51,20 +49,16 @@ from roses_app.algebra.plan import (
 )
 from roses_app.algebra.release import Release, release_lateness
 from roses_app.algebra.release_fed import (
-    DROPPED,
-    ITEMS,
-    RESULT_NAME,
-    FedBranch,
     FedRelease,
     fed_branches,
     fed_horizon,
     fed_items,
-    mark_seq,
 )
 from roses_app.algebra.slices import SliceMap
 from roses_app.algebra.windows import periodic_input
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame
+from roses_app.spark.fed import fed_frame
 from roses_app.spark.late import (
     OUTPUT_DDL,
     SLICE_DDL,
@@ -80,9 +74,7 @@ from roses_app.spark.late import (
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     LowerContext,
-    lower,
     register,
-    union_all,
 )
 from roses_app.spark.sequential import (
     Event,
@@ -284,59 +276,6 @@ def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
     if publishes_late(node):
         return out.select(*EVENT_COLUMNS, "part")
     return out.select(*EVENT_COLUMNS)
-
-
-def fed_frame(
-    node: Node, fed: Sequence[FedBranch], items: Sequence[Node], ctx: LowerContext
-) -> DataFrame:
-    """The results of the branches a released run reads (their heartbeats and
-    horizons among them, each branch's horizon under its own seq; not the items
-    published as late), each result of a window named by its branch and guid
-    (``key``), which its revisions keep; and the items of the union's other branches
-    (their frontier rows, with their time), keyed :data:`ITEMS`."""
-    columns = ("ts", "seq", "item", "event", "key")
-    frames = []
-    for index, branch in enumerate(fed):
-        if branch.named:
-            frame = named_tail(branch, index, ctx)
-        else:
-            frame = lower(branch.node, ctx).withColumn("key", F.lit(None).cast("string"))
-        if "part" in frame.columns:
-            frame = frame.where(F.col("part") != F.lit(LATE_PART))
-        told = F.col("item").isNull() & (F.col("seq") == F.lit(CLOCK_SEQ))
-        seq = F.when(told, F.lit(mark_seq(index))).otherwise(F.col("seq"))
-        frame = frame.withColumn("seq", seq).withColumn("event", F.lit(None).cast("bigint"))
-        frames.append(frame.select(*columns))
-    for below in items:
-        frame = timed_input(node, below, ctx).withColumn("key", F.lit(ITEMS))
-        frames.append(frame.select(*columns))
-    return union_all(frames)
-
-
-def named_tail(branch: FedBranch, index: int, ctx: LowerContext) -> DataFrame:
-    """A branch of windows' results: each named by its branch and guid, then through
-    the branch's filters and maps, a version they drop kept as :data:`DROPPED` (it
-    still replaces the earlier versions)."""
-    frame = lower(branch.operator, ctx)  # (its late part: dropped by fed_frame)
-    name = udfs.splitter_udf(RESULT_NAME, ctx.namespaces, ctx.on_error(branch.operator))
-    frame = frame.withColumn("key", F.concat(F.lit(f"{index} "), name(F.col("item"))))
-    item = F.col("item")
-    for step in branch.tail:
-        live = F.when(item == F.lit(DROPPED), F.lit(None)).otherwise(item)  # heartbeats: null
-        hook = ctx.on_error(step)
-        if isinstance(step, Filter):
-            kept = udfs.observer_udf(step.where, ctx.namespaces, hook)(live)
-            new = F.when(kept, item).otherwise(F.lit(DROPPED))
-        else:
-            function = (
-                udfs.mutator_udf(step.xquery, ctx.namespaces, hook)
-                if step.xquery is not None
-                else udfs.accessor_udf(step.xpath, ctx.namespaces, hook)
-            )
-            mapped = function(live)
-            new = F.when(mapped.isNull(), F.lit(DROPPED)).otherwise(mapped)
-        frame = frame.withColumn("item", F.when(live.isNull(), item).otherwise(new))
-    return frame
 
 
 @register(Window)
