@@ -34,6 +34,7 @@ from roses_app.algebra.plan import (
     Split,
     TimeWindow,
     Union,
+    Unnest,
     Window,
     WindowedGrouping,
     XQuery,
@@ -276,6 +277,7 @@ def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchSt
             stream_windows(inner),
             st.builds(Delta, inner, kinds),
             st.builds(Nest, inner),
+            st.builds(Unnest, inner),  # (of a nest: its items again; of items: none)
             grouping,
         )
 

@@ -111,6 +111,29 @@ def test_a_bad_time_is_reported_and_a_join_of_a_groupings_results_runs(
     assert len(problems) == 2
 
 
+def test_an_operator_over_publication_time_reading_ingest_time_results_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Every operator runs over publication time, over items and over the results of
+    operators over publication time; the results of an operator over ingest time
+    have no clock the reader could wait for: refused, naming that operator."""
+    problems = problems_in(
+        "sources:\n"
+        "  wire: {feed: 'http://example.org/wire', time: published}\n"
+        "  blog: {feed: 'http://example.org/blog'}\n"
+        "streams:\n"
+        "  hourly: {aggregate: {from: {window: {from: blog, time: 1h, every: 1h}},"
+        " reduce: '<item/>'}}\n"
+        "  both: {join: {left: wire, right: {window: {from: hourly, time: 1h}},"
+        " on: 'true()'}}\n",
+        tmp_path,
+    )
+    assert len(problems) == 1
+    assert problems[0].startswith("6: stream 'both': Join at step both/join reads items in")
+    assert "the results of Aggregate at step hourly/aggregate" in problems[0]
+    assert "read the sources below both with the same time:" in problems[0]
+
+
 def test_replay_keeps_a_plausible_published_time_and_logs_the_others(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

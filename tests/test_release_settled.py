@@ -441,6 +441,10 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
     assert "the results of Join at step pairs/join and WindowedGrouping at step" in both
     later = describe(config.streams["later"].plan)
     assert "Join at step eager/join (its final results, computed on close)" in later
+    joined = describe(config.streams["pairs_blog"].plan)
+    assert "reading both sides released together in time order once Join at step" in joined
+    after = describe(config.streams["after_live"].plan)
+    assert "Aggregate at step live/aggregate (its final results, computed on close)" in after
 
 
 @pytest.mark.spark

@@ -38,6 +38,7 @@ from roses_app.algebra.plan import (
     Split,
     TimeWindow,
     Union,
+    Unnest,
     Window,
     WindowedGrouping,
 )
@@ -252,8 +253,9 @@ def released_input(below: Node) -> bool:
 
 
 # Operators that compute, at each time of their input, something of its items up to
-# then: released in time order, they run one after the other as over ingest time.
-CHAINED = (Window, Delta, Nest)
+# then (or of its items at that time: unnest): released in time order, they run one
+# after the other as over ingest time.
+CHAINED = (Window, Delta, Nest, Unnest)
 
 
 def chained_grouping(node: Node) -> bool:
@@ -308,7 +310,7 @@ def late_sequential(node: Node) -> Node | None:
 def _late_sequential(node: Node) -> Node | None:
     """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
     stateless plan of items read in publication time, or over the results of a
-    :func:`fed_input` operator, a run of windows, deltas, nests and windowed
+    :func:`fed_input` operator, a run of windows, deltas, nests, unnests and windowed
     groupings (in any order; a grouping of items is :func:`late_grouped`'s), or an
     aggregate or a group over such a run, over a window of it, or over the plan
     itself or a window of it where :func:`late_windowed` does not run it (a group
@@ -417,18 +419,34 @@ def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
         if any(found(node) is not None for found in late):
             continue  # its output comes out of order too: stateful readers are reported
         timed[id(node)] = False  # the operators above it: the same cause, reported once
-        yield (
-            node,
-            (
-                f"{type(node).__name__} at step {node.origin.step} reads items in publication "
-                "time (time: published), which may come out of order; over publication "
-                "time, only these run for now: aggregates and groups over windows, joins, "
-                "semijoins and differences of sliding time windows, and windowed "
-                "groupings, of filters, maps and unions (a join's sides may also be the "
-                "results of the operators below); and runs of windows, deltas, "
-                "nests and windowed groupings over them or over the results (filtered or "
-                "mapped, or a union of them, with items or not) of joins, groupings, "
-                "aggregates or groups over windows, or such runs, with an aggregate or a "
-                "group on top: read its sources with time: ingest"
-            ),
+        yield node, _why_unsupported(node)
+
+
+def _why_unsupported(node: Node) -> str:
+    """Why no engine runs ``node`` over publication time: every operator runs over
+    items in publication time and over the results of operators over publication
+    time; the results of an operator over ingest time beside them are the cause."""
+    what = f"{type(node).__name__} at step {node.origin.step}"
+    read = {id(node), *(id(c) for c in node.children() if isinstance(c, Window))}  # its own
+    below = next(
+        (
+            n
+            for n in node.walk()
+            if id(n) not in read and not isinstance(n, STATELESS) and not event_timed(n)
+        ),
+        None,
+    )
+    if below is None:
+        return (
+            f"{what} reads items in publication time (time: published), which may come "
+            "out of order, and no engine runs it over them: read its sources with time: "
+            "ingest"
         )
+    return (
+        f"{what} reads items in publication time (time: published), which may come out "
+        f"of order, and the results of {type(below).__name__} at step "
+        f"{below.origin.step}, which reads its items in ingest time: an operator over "
+        "publication time reads items and the results of operators over publication "
+        "time only; read the sources below both with the same time: (published, or "
+        "ingest)"
+    )

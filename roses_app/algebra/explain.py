@@ -12,6 +12,7 @@ from roses_app.algebra.eventtime import (
     late_joined,
     late_sequential,
     late_windowed,
+    released_joined,
     released_windows,
 )
 from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
@@ -169,6 +170,16 @@ def describe(node: Node, *, side: bool = False) -> str:
         return described + ", run by the operator over publication time reading it"
     below = late_sequential(node)
     operators = None if below is None else fed_operators(below)
+    joined = released_joined(node)
+    if joined is not None:
+        return (
+            described
+            + ", reading both sides released together in time order once "
+            + (
+                " and ".join(_side_reads(side) for side in (joined[0], joined[2]))
+                + " decided them (their lateness passed)"
+            )
+        )
     # a run's input is released on close; its own windows may report otherwise
     reads = "reading" if released_windows(node) is not None else "on close:"
     if below is not None and operators:
@@ -187,6 +198,15 @@ def describe(node: Node, *, side: bool = False) -> str:
     elif below is not None:
         described += f", {reads} items released in time order once the lateness has passed"
     return described
+
+
+def _side_reads(below: Node) -> str:
+    """What a side of a join over operators' results reads, for :func:`describe`."""
+    operators = fed_operators(below)
+    if operators is None:
+        return "its items' clock"
+    named = " and ".join(f"{type(op).__name__} at step {op.origin.step}" for op in operators)
+    return named + (" and its items' clock" if fed_items(below) else "")
 
 
 def shared_subplans(plans: Mapping[str, Node]) -> dict[Node, frozenset[str]]:
@@ -268,7 +288,8 @@ def runs_window(reader: Node, node: Node) -> bool:
     join's side, or the windows of an aggregate or a group over late windows."""
     if not isinstance(node, Window):
         return False
-    return late_joined(reader) is not None or late_windowed(reader) is not None
+    joined = late_joined(reader) is not None or released_joined(reader) is not None
+    return joined or late_windowed(reader) is not None
 
 
 def _lines(

@@ -320,6 +320,8 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
             events = ordered({*heartbeats(events), *nest_stream(events, ALL_DECIDED)})
         elif isinstance(node, WindowedGrouping):
             events = grouping_stream(events, node, ctx)
+        elif isinstance(node, Unnest):
+            events = unnest_stream(events)
         if node is stop:
             break
     return events
@@ -386,10 +388,17 @@ def time_groups(events: Sequence[RefEvent], horizon: int) -> list[Group]:
 
 @register
 def _unnest(node: Unnest, ctx: Context) -> list[RefEvent]:
+    if late_sequential(node) is not None:
+        return released_run(node, ctx)
+    return unnest_stream(run(node.input, ctx))
+
+
+def unnest_stream(events: Sequence[RefEvent]) -> list[RefEvent]:
+    """Each item nested one level below each event's item, at its time and seq."""
     from roses_app.xmlfn.stamp import unnest_items
 
     out: set[RefEvent] = set()
-    for e in run(node.input, ctx):
+    for e in events:
         if e.item is None:
             out.add(e)
         else:

@@ -37,7 +37,8 @@ def report_argument(ctx: OperatorContext, args: Section, windowed: bool) -> Repo
         line = args.key_line("report" if value is not None else "tick")
         ctx.problem(
             line,
-            f"{ctx.name}.report and .tick apply to an {ctx.name} over a periodic time window "
+            f"{ctx.name}.report and .tick apply to {'an' if ctx.name[0] in 'aeiou' else 'a'} "
+            f"{ctx.name} over a periodic time window "
             "(window: {from: ..., time: ..., every: ...}), a session window (gap: ...) "
             "or, for an aggregate, a count window",
         )

@@ -44,6 +44,7 @@ from roses_app.algebra.plan import (
     GroupBy,
     Nest,
     Node,
+    Unnest,
     Window,
     WindowedGrouping,
 )
@@ -89,8 +90,10 @@ from roses_app.spark.stages import (
     GroupOperator,
     KeyedGroupingOperator,
     NestOperator,
+    UnnestOperator,
     WindowsStage,
 )
+from roses_app.spark.stateless import unnest_frame
 
 KEY = "release_key"
 
@@ -208,6 +211,8 @@ def released_stages(node: Node, ctx: LowerContext) -> list[Operator]:
     for n in chain:
         if isinstance(n, WindowedGrouping):
             stages.append(KeyedGroupingOperator(n, ctx.namespaces, ctx.on_error(n)))
+        elif isinstance(n, Unnest):
+            stages.append(UnnestOperator(ctx.on_error(n)))
         elif isinstance(n, Aggregate | GroupBy):
             periodic = periodic_input(n.input)
             if periodic is None:
@@ -305,3 +310,10 @@ def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
     if late_sequential(node) is not None:
         return late_sequential_frame(node, ctx)
     return group_by_frame(node, ctx)
+
+
+@register
+def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
+    if late_sequential(node) is not None:
+        return late_sequential_frame(node, ctx)
+    return unnest_frame(node, ctx)

@@ -4,7 +4,7 @@
 and computes them as over ingest time, all keys under the run's one key.
 
 * a nest, an aggregate or a group per time of its input, or per closed periodic window;
-* a windowed grouping, each key's bucket in the stage's memory;
+* a windowed grouping, each key's bucket in the stage's memory; an unnest;
 * an aggregate or a group over windows with a report policy or sessions
   (:func:`~roses_app.algebra.eventtime.released_windows`): the windows of
   :mod:`roses_app.algebra.lateness`, each released time one arrival.
@@ -25,6 +25,7 @@ from roses_app.spark import udfs
 from roses_app.spark.aggregate import nest_groups
 from roses_app.spark.registry import Namespaces
 from roses_app.spark.sequential import Event, by_time
+from roses_app.spark.stateless import nested_items
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,19 @@ def reduced(
     return [
         Event(*r) for r in group_results(node.reduce, namespaces, node.stream, groups, on_error)
     ]
+
+
+@dataclass(frozen=True)
+class UnnestOperator:
+    """Unnest as a stage: each item nested in an event's item, at its time and seq."""
+
+    on_error: udfs.ErrorHook
+
+    def advance(
+        self, kept: list[Event], rows: Sequence[Event], key: Any
+    ) -> tuple[list[Event], list[Event]]:
+        found = ((e, nested_items(e.item, self.on_error)) for e in rows if e.item is not None)
+        return [Event(e.ts, e.seq, inner) for e, nested in found for inner in nested or ()], []
 
 
 # a grouping stage keeps each kept item with its key: KEY NUL ITEM (NUL is in no XML)

@@ -1,7 +1,9 @@
 """Lowering of the stateless operators one node at a time: Source, Filter, Map, Union,
-Split, Unnest.  The multi-query engine computes the stateless part of the plan in one fused
-stage instead (:mod:`roses_app.spark.fused`); these handlers lower the stateless
-nodes above stateful ones (a filter over an aggregate, say)."""
+Split, and Unnest over ingest time (its handler is in
+:mod:`roses_app.spark.latesequential`, which also runs it in a released run).  The
+multi-query engine computes the stateless part of the plan in one fused stage instead
+(:mod:`roses_app.spark.fused`); these handlers lower the stateless nodes above stateful
+ones (a filter over an aggregate, say)."""
 
 from __future__ import annotations
 
@@ -73,8 +75,9 @@ def _split(node: Split, ctx: LowerContext) -> DataFrame:
     return named.where(F.col("part").isNotNull())
 
 
-@register
-def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
+def unnest_frame(node: Unnest, ctx: LowerContext) -> DataFrame:
+    """Unnest over ingest time (the handler is in :mod:`roses_app.spark.latesequential`,
+    which also lowers it over publication time)."""
     upstream = lower(node.input, ctx)
     nested = unnest_udf(ctx.on_error(node))
     found = upstream.withColumn("nested", nested(F.col("item")))
@@ -89,12 +92,14 @@ def unnest_udf(on_error: ErrorHook) -> Any:
 
     @pandas_udf("array<string>")  # type: ignore[call-overload]
     def unnest(items: pd.Series) -> pd.Series:
-        return pd.Series([_nested_items(xml, on_error) for xml in items.tolist()], dtype="object")
+        return pd.Series([nested_items(xml, on_error) for xml in items.tolist()], dtype="object")
 
     return unnest.asNondeterministic()
 
 
-def _nested_items(xml: str | None, on_error: ErrorHook) -> list[str] | None:
+def nested_items(xml: str | None, on_error: ErrorHook) -> list[str] | None:
+    """The items nested one level below ``xml``'s children, each once (None for a
+    heartbeat; a broken item goes to ``on_error`` and gives none)."""
     from lxml.etree import XMLSyntaxError
 
     from roses_app.xmlfn.stamp import unnest_items
