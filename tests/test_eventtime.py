@@ -193,7 +193,7 @@ def test_the_spool_keeps_plausible_dates_and_counts_the_others(tmp_path: Path) -
 
 
 def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
-    from roses_app.algebra.eventtime import inputs_first, unsupported_on_event_time
+    from roses_app.algebra.eventtime import inputs_first
     from roses_app.algebra.plan import (
         CountWindow,
         Filter,
@@ -203,6 +203,7 @@ def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
         WindowedGrouping,
         XQuery,
     )
+    from roses_app.algebra.unsupported import unsupported_on_event_time
 
     wire = Source("wire", "published")
     grouping = WindowedGrouping(wire, "string(title)", 2, XQuery("<item/>"))

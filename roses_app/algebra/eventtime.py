@@ -169,7 +169,8 @@ def late_grouped(node: Node) -> Node | None:
 def decided(node: Node) -> bool:
     """Whether ``node`` is an operator over publication time whose results a clock
     decides, each at a time its clock has not yet decided: a join, a semijoin, a
-    difference or a windowed grouping, or a released run (:func:`late_sequential`).
+    difference (of items, or of released sides: :func:`released_joined`) or a
+    windowed grouping, or a released run (:func:`late_sequential`).
     Reporting on close, its results are final when published; optimistically, they
     are taken back or replaced, and its final ones are those its on-close twin
     publishes (:func:`~roses_app.algebra.release_fed.fed_branches`).  A run's results
@@ -265,9 +266,9 @@ def chained_grouping(node: Node) -> bool:
 
 
 def chain_below(node: Node) -> Node | None:
-    """The node below the run of windows, deltas, nests and windowed groupings
-    (:func:`chained_grouping`) from ``node`` down (``node`` itself if it is none of
-    them)."""
+    """The node below the run of windows, deltas, nests, unnests and windowed
+    groupings (:func:`chained_grouping`) from ``node`` down (``node`` itself if it is
+    none of them)."""
     below = node
     while isinstance(below, CHAINED) or chained_grouping(below):
         below = below.input  # type: ignore[attr-defined]
@@ -390,63 +391,3 @@ def inputs_first(plan: Node, known: Callable[[Node], bool] | None = None) -> Ite
             continue
         stack.append((node, True))
         stack.extend((child, False) for child in node.children() if id(child) not in done)
-
-
-def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:
-    """The nodes of ``plan`` that read out-of-order (publication time) input and that
-    no engine runs on it, each with why.  Filter, map, union and split take items in
-    any order; the operators of time assume their input in time order."""
-    timed: dict[int, bool] = {}
-    windows = {  # the windows these engines read
-        id(n.input)
-        for n in plan.walk()
-        if isinstance(n, Aggregate | GroupBy) and late_windowed(n) is not None
-    }
-    windows |= {
-        id(side)
-        for n in plan.walk()
-        if late_joined(n) is not None or released_joined(n) is not None
-        for side in (n.left, n.right)  # type: ignore[attr-defined]
-        if isinstance(side, Window)
-    }
-    for node in inputs_first(plan):
-        timed[id(node)] = (isinstance(node, Source) and node.time == "published") or any(
-            timed[id(c)] for c in node.children()
-        )
-        if isinstance(node, STATELESS) or not timed[id(node)] or id(node) in windows:
-            continue
-        late = (late_windowed, late_joined, late_grouped, late_sequential, released_joined)
-        if any(found(node) is not None for found in late):
-            continue  # its output comes out of order too: stateful readers are reported
-        timed[id(node)] = False  # the operators above it: the same cause, reported once
-        yield node, _why_unsupported(node)
-
-
-def _why_unsupported(node: Node) -> str:
-    """Why no engine runs ``node`` over publication time: every operator runs over
-    items in publication time and over the results of operators over publication
-    time; the results of an operator over ingest time beside them are the cause."""
-    what = f"{type(node).__name__} at step {node.origin.step}"
-    read = {id(node), *(id(c) for c in node.children() if isinstance(c, Window))}  # its own
-    below = next(
-        (
-            n
-            for n in node.walk()
-            if id(n) not in read and not isinstance(n, STATELESS) and not event_timed(n)
-        ),
-        None,
-    )
-    if below is None:
-        return (
-            f"{what} reads items in publication time (time: published), which may come "
-            "out of order, and no engine runs it over them: read its sources with time: "
-            "ingest"
-        )
-    return (
-        f"{what} reads items in publication time (time: published), which may come out "
-        f"of order, and the results of {type(below).__name__} at step "
-        f"{below.origin.step}, which reads its items in ingest time: an operator over "
-        "publication time reads items and the results of operators over publication "
-        "time only; read the sources below both with the same time: (published, or "
-        "ingest)"
-    )

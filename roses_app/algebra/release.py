@@ -39,6 +39,13 @@ def release_order(arrival: Arrival) -> tuple[int, int, str]:
     return arrival.time, arrival.seq, arrival.item or ""
 
 
+def release_before(held: list[Arrival], horizon: int) -> tuple[list[Arrival], list[Arrival]]:
+    """Of the events ``held``, those before ``horizon`` in release order (out now), and
+    the others (still held)."""
+    out = sorted((a for a in held if a.time < horizon), key=release_order)
+    return out, [a for a in held if a.time >= horizon]
+
+
 def release_lateness(node: Node, settings_lateness: int) -> int:
     """The lateness an operator over publication time is released with: an aggregate's
     or a group's own (its ``lateness:``, which defaults to settings.lateness); delta,
@@ -74,8 +81,7 @@ class Release:
         horizon = self.horizon
         if horizon is None:
             return [], late
-        released = sorted((a for a in self.held if a.time < horizon), key=release_order)
-        self.held = [a for a in self.held if a.time >= horizon]
+        released, self.held = release_before(self.held, horizon)
         return released, late
 
     def dump(self) -> dict[str, Any]:
@@ -89,4 +95,4 @@ class Release:
         return cls(lateness, saved["clock"], held)
 
 
-__all__ = ["Release", "release_lateness", "release_order"]
+__all__ = ["Release", "release_before", "release_lateness", "release_order"]

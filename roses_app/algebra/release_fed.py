@@ -68,7 +68,7 @@ from roses_app.algebra.plan import (
     Node,
     SessionWindow,
 )
-from roses_app.algebra.release import Release, release_order
+from roses_app.algebra.release import Release, release_before, release_order
 
 # What names a window's result through its revisions (roses_app.xmlfn.stamp): its
 # guid, and " merged" after it on the notice of a session merged into another
@@ -291,8 +291,7 @@ class SidesRelease:
         horizon = self.horizon
         if horizon is None:
             return [], late
-        released = sorted((a for a in self.held if a.time < horizon), key=release_order)
-        self.held = [a for a in self.held if a.time >= horizon]
+        released, self.held = release_before(self.held, horizon)
         return released, late
 
     def dump(self) -> dict[str, Any]:

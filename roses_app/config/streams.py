@@ -275,7 +275,8 @@ def check_stateful_copies(
 def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
     """Report the operators of time that read items in publication time and that the
     engines cannot run on out-of-order input (each node once)."""
-    from roses_app.algebra.eventtime import publishes_late, unsupported_on_event_time
+    from roses_app.algebra.eventtime import publishes_late
+    from roses_app.algebra.unsupported import unsupported_on_event_time
 
     seen: set[Node] = set()
     for stream in streams:

@@ -156,19 +156,19 @@ def side_groups(frames: list[pd.DataFrame], tag: str) -> list[list[Arrival]]:
 def late_join_frame(node: Join | Semijoin | Diff, ctx: LowerContext) -> DataFrame:
     """The results of ``node`` over publication time: see the module doc."""
     sides = late_joined(node)
+    columns = ["ts", "seq", "item", "event"]
     tagged = []
     if sides is not None:
-        for below, tag in ((sides[0], LEFT), (sides[2], RIGHT)):
-            frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
-            tagged.append(frame.withColumn("side", F.lit(tag)))
+        tagged = [timed_input(node, below, ctx) for below in (sides[0], sides[2])]
     else:  # over operators' results: each side's rows as a released run reads them
         sides = released_joined(node)
         assert sides is not None
-        for below, tag in ((sides[0], LEFT), (sides[2], RIGHT)):
-            frame = fed_frame(node, *side_inputs(below), ctx)
-            tagged.append(frame.withColumn("side", F.lit(tag)))
-    columns = ("ts", "seq", "item", "event", "key", "side")
-    keyed = [frame.select(F.lit(0).alias(KEY), *columns) for frame in tagged]
+        tagged = [fed_frame(node, *side_inputs(below), ctx) for below in (sides[0], sides[2])]
+        columns.append("key")
+    keyed = [
+        frame.select(F.lit(0).alias(KEY), *columns, F.lit(tag).alias("side"))
+        for frame, tag in zip(tagged, (LEFT, RIGHT), strict=True)
+    ]
     processor = LateJoinProcessor(node, sides, ctx.namespaces, ctx.on_error(node), ctx.errors)
     out = (
         keyed[0]

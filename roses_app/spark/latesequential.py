@@ -32,6 +32,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.eventtime import (
     fed_operators,
+    late_grouped,
     late_sequential,
     publishes_late,
     released_chain,
@@ -72,6 +73,7 @@ from roses_app.spark.late import (
     timed_input,
     with_clock,
 )
+from roses_app.spark.lategrouping import late_grouping_frame
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     LowerContext,
@@ -84,6 +86,7 @@ from roses_app.spark.sequential import (
     process,
     stage_of,
     window_or_delta,
+    windowed_grouping_frame,
 )
 from roses_app.spark.stages import (
     ClosedWindowsOperator,
@@ -317,3 +320,12 @@ def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
     if late_sequential(node) is not None:
         return late_sequential_frame(node, ctx)
     return unnest_frame(node, ctx)
+
+
+@register
+def _windowed_grouping(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
+    if late_grouped(node) is not None:  # of items read in publication time
+        return late_grouping_frame(node, ctx)
+    if late_sequential(node) is not None:  # in a released run
+        return late_sequential_frame(node, ctx)
+    return windowed_grouping_frame(node, ctx)

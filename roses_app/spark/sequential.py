@@ -43,7 +43,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from roses_app.algebra.delta import delta, present
-from roses_app.algebra.eventtime import late_grouped, window_delta_run
+from roses_app.algebra.eventtime import window_delta_run
 from roses_app.algebra.plan import (
     CountWindow,
     Delta,
@@ -55,8 +55,7 @@ from roses_app.algebra.plan import (
 )
 from roses_app.algebra.windows import oldest_needed, window_content
 from roses_app.spark import udfs
-from roses_app.spark.lategrouping import late_grouping_frame
-from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower, register
+from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower
 
 KEY = "seq_key"
 KEPT_DDL = "stage INT, ts BIGINT, seq BIGINT, item STRING"
@@ -329,10 +328,9 @@ def window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
     return sequential(lower(below, ctx), F.lit(0), processor)
 
 
-@register
-def _windowed_grouping(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
-    if late_grouped(node) is not None:
-        return late_grouping_frame(node, ctx)
+def windowed_grouping_frame(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
+    """A windowed grouping over ingest time (the handler is in
+    :mod:`roses_app.spark.latesequential`, which also lowers it over publication time)."""
     hook = ctx.on_error(node)
     split = udfs.splitter_udf(node.by, ctx.namespaces, hook)
     keyed = lower(node.input, ctx).withColumn(KEY, split(F.col("item")))

@@ -24,7 +24,7 @@ from roses_app.algebra.windows import closed_windows, open_after
 from roses_app.spark import udfs
 from roses_app.spark.aggregate import nest_groups
 from roses_app.spark.registry import Namespaces
-from roses_app.spark.sequential import Event, by_time
+from roses_app.spark.sequential import Event, GroupingOperator, by_time
 from roses_app.spark.stateless import nested_items
 
 
@@ -157,7 +157,7 @@ class KeyedGroupingOperator:
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
     ) -> tuple[list[Event], list[Event]]:
-        from roses_app.xmlfn import reduce_batch, split_batch
+        from roses_app.xmlfn import split_batch
 
         items = [e for e in rows if e.item is not None]
         if not items:
@@ -167,20 +167,16 @@ class KeyedGroupingOperator:
             held, _, item = (e.item or "").partition(KEPT_SEP)
             bucket_of.setdefault(held, []).append(Event(e.ts, e.seq, item))
         names = split_batch(self.node.by, self.namespaces, [e.item for e in items], self.on_error)
-        groups: dict[str, list[tuple[Event, list[str]]]] = {}
+        per_key: dict[str, list[Event]] = {}
         for e, found in zip(items, names, strict=True):
-            if found is None:
-                continue
-            bucket = [*bucket_of.get(found, []), e][-self.node.size :]
-            bucket_of[found] = bucket
-            groups.setdefault(found, []).append((e, [b.item or "" for b in bucket]))
+            if found is not None:
+                per_key.setdefault(found, []).append(e)
+        node = self.node
+        stage = GroupingOperator(node.size, node.reduce, self.namespaces, self.on_error)
         out: list[Event] = []
-        for name, entries in groups.items():  # one Saxon call per key ($key bound per call)
-            contents = [content for _, content in entries]
-            results = reduce_batch(
-                self.node.reduce, self.namespaces, contents, self.on_error, {"key": name}
-            )
-            out += [Event(e.ts, e.seq, r) for (e, _), r in zip(entries, results, strict=True) if r]
+        for name, mine in per_key.items():  # over ingest time, one key's stage
+            found_now, bucket_of[name] = stage.advance(bucket_of.get(name, []), mine, name)
+            out += found_now
         memory = [
             Event(e.ts, e.seq, f"{name}{KEPT_SEP}{e.item}")
             for name, bucket in bucket_of.items()
