@@ -193,3 +193,51 @@ def test_a_periodic_window_over_a_released_run_closes_once_across_micro_batches(
     # the window ending at 4 (items 1, 2, 3), and not again the one ending at 2
     assert [(e.ts, "<title>3</title>" in (e.item or "")) for e in out] == [(4, True)]
     assert [e.ts for e in kept if e.item is not None] == [3, 6]  # 3 is in the window of 6
+
+
+def test_every_operator_ending_a_released_run_is_lowered_as_that_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On Spark, each node type a released run may end with goes to the run's one
+    operator, whichever module lowers it over ingest time (a windowed grouping's
+    handler once lowered it as over ingest time)."""
+    from types import SimpleNamespace
+
+    from strategies import REDUCER
+
+    from roses_app.algebra.plan import (
+        Aggregate,
+        CountWindow,
+        GroupBy,
+        Join,
+        SessionWindow,
+        Source,
+        TimeWindow,
+        Unnest,
+        WindowedGrouping,
+    )
+    from roses_app.spark import latesequential
+    from roses_app.spark.lower import lower
+
+    wire = Source("wire", "published")
+    pairs = Join(Window(wire, TimeWindow(5, None, 0, 0)), Source("blog", "published"), "inner")
+    nodes = [
+        Window(pairs, CountWindow(2)),
+        Delta(pairs, "insert"),
+        Nest(pairs),
+        Unnest(pairs),
+        WindowedGrouping(pairs, "string(title)", 2, REDUCER),
+        Aggregate(Window(pairs, CountWindow(2)), REDUCER, "s"),
+        GroupBy(Window(pairs, SessionWindow(3)), "string(title)", REDUCER, "s"),
+    ]
+    ran: list[Node] = []
+
+    def released(node: Node, ctx: object) -> str:
+        ran.append(node)
+        return "released"
+
+    monkeypatch.setattr(latesequential, "late_sequential_frame", released)
+    for node in nodes:
+        assert late_sequential(node) is not None, node
+        assert lower(node, SimpleNamespace(computed={}, lowered={})) == "released"  # type: ignore[arg-type]
+    assert ran == nodes
