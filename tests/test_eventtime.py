@@ -10,9 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from roses_app.algebra.explain import describe
-from roses_app.algebra.plan import Source
+from roses_app.algebra.plan import Node, Source
 from roses_app.config.loader import parse_config
 from roses_app.dates import EARLIEST_PUBLISHED, plausible_published
 from roses_app.errors import ConfigError
@@ -442,3 +444,86 @@ def test_runs_over_runs_are_found_once_per_node_however_deep(
     top = config.streams["s12"].plan
     assert fed_release(top)  # a run over a run over ... a join's results
     assert len(asked) == len(set(asked)) <= sum(1 for _ in top.walk()) * 2
+
+
+def _any_plan(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+    """One operator over ``below``: every kind, with the windows each may read."""
+    from strategies import REDUCER
+
+    from roses_app.algebra.plan import (
+        Aggregate,
+        CountWindow,
+        Delta,
+        Diff,
+        Filter,
+        GroupBy,
+        Join,
+        Nest,
+        Report,
+        Semijoin,
+        SessionWindow,
+        TimeWindow,
+        Union,
+        Unnest,
+        Window,
+        WindowedGrouping,
+    )
+
+    sliding = st.builds(TimeWindow, st.integers(1, 4), st.none(), st.just(0), st.integers(0, 1))
+    periodic = st.builds(TimeWindow, st.integers(1, 4), st.integers(1, 4), st.integers(0, 2))
+    specs = sliding | periodic | st.builds(CountWindow, st.integers(1, 3))
+    specs |= st.builds(SessionWindow, st.integers(1, 4))
+    side = below | st.builds(Window, below, sliding)  # a join reads sliding windows
+    policy = st.sampled_from([Report(), Report(True, True)])
+    reported = st.builds(Window, below, periodic | st.builds(SessionWindow, st.integers(1, 4)))
+    late = (st.just("s"), st.just(0), st.just("drop"))
+    return st.one_of(
+        st.builds(Filter, below, st.just("true()")),
+        st.builds(Union, st.tuples(below, below)),
+        st.builds(Window, below, specs),
+        st.builds(Delta, below, st.sampled_from(["insert", "delete"])),
+        st.builds(Nest, below),
+        st.builds(Unnest, below),
+        st.builds(Aggregate, below | st.builds(Window, below, specs), st.just(REDUCER), *late),
+        st.builds(Aggregate, reported, st.just(REDUCER), *late, policy),
+        st.builds(GroupBy, reported, st.just("string(title)"), st.just(REDUCER), *late, policy),
+        st.builds(
+            WindowedGrouping,
+            below,
+            st.just("string(title)"),
+            st.integers(1, 2),
+            st.just(REDUCER),
+            st.just("s"),
+        ),
+        st.one_of(
+            st.builds(Join, side, side, st.sampled_from(["inner", "left"]), st.just("true()")),
+            st.builds(Semijoin, below, side, st.just("true()")),
+            st.builds(Diff, below, side, st.just("true()")),
+        ).filter(_sliding_sides),
+    )
+
+
+def _sliding_sides(node: Node) -> bool:
+    """Whether a join's sides are sliding time windows or no window (the config
+    refuses the others, over ingest time too)."""
+    from roses_app.algebra.plan import TimeWindow, Window
+
+    sides = [c for c in node.children() if isinstance(c, Window)]
+    return all(isinstance(w.spec, TimeWindow) and w.spec.period is None for w in sides)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.sampled_from([Source("a", "published"), Source("b", "published")]),
+        _any_plan,
+        max_leaves=5,
+    )
+)
+def test_every_plan_over_publication_time_runs(plan: Node) -> None:
+    """Whatever the operators and however deep, over sources read in publication time:
+    none is refused (each reads items or the results of operators over publication
+    time)."""
+    from roses_app.algebra.unsupported import unsupported_on_event_time
+
+    assert [type(n).__name__ for n, _ in unsupported_on_event_time(plan)] == []
