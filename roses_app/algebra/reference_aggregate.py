@@ -11,12 +11,11 @@ is decided and a periodic window closes once a later time has been released.
 from __future__ import annotations
 
 from roses_app.algebra.eventtime import late_sequential, late_windowed, released_windows
-from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, LateWindows, arrival_groups
+from roses_app.algebra.lateness import RELEASED_LATENESS, LateWindows, arrival_groups
 from roses_app.algebra.plan import Aggregate, GroupBy, Window
 from roses_app.algebra.reference_registry import (
     Context,
     RefEvent,
-    heartbeats,
     items_only,
     ordered,
     register,
@@ -82,8 +81,7 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     arrival order (the late items go to ``ctx.late``); of a released run
     (:func:`~roses_app.algebra.eventtime.released_windows`), what it releases, each
     time one arrival."""
-    from roses_app.xmlfn import split_batch
-    from roses_app.xmlfn.reduce import advance_windows
+    from roses_app.xmlfn.reduce import advance_windows, window_arrivals
 
     found = late_windowed(node)
     if found is not None:
@@ -98,16 +96,7 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     def arrival(e: RefEvent) -> int:
         return ctx.arrival(e.seq) if found is not None else e.ts
 
-    items = items_only(events)
-    keys: list[str | None] = [None] * len(items)
-    if isinstance(node, GroupBy):
-        keys = split_batch(node.by, ctx.ns, [e.item for e in items])
-    arrivals = [(arrival(e), Arrival(e.ts, e.seq, None)) for e in heartbeats(events)]
-    arrivals += [
-        (arrival(e), Arrival(e.ts, e.seq, e.item, key))
-        for e, key in zip(items, keys, strict=True)
-        if key is not None or isinstance(node, Aggregate)
-    ]
+    arrivals = window_arrivals(node, events, arrival, ctx.ns)  # type: ignore[arg-type]
     state = LateWindows(spec, lateness, node.report)
     planned, settled, published = advance_windows(
         state, arrival_groups(arrivals), node.reduce, ctx.ns, node.stream

@@ -55,6 +55,7 @@ from roses_app.algebra.release_fed import (
     fed_branches,
     fed_horizon,
     fed_items,
+    side_shape,
 )
 from roses_app.algebra.slices import SliceMap
 from roses_app.algebra.windows import periodic_input
@@ -246,15 +247,16 @@ def released_run(node: Node, ctx: LowerContext) -> ReleasedRun:
     """The release and the stages of the run ``node`` ends (see :class:`ReleasedRun`)."""
     below = late_sequential(node)
     assert below is not None
+    lateness = release_lateness(node, ctx.lateness)
     fed = fed_operators(below) is not None
-    sources = len(fed_branches(below)) + (1 if fed_items(below) else 0) if fed else 0
+    sources, items = side_shape(below, lateness) if fed else (0, None)
     return ReleasedRun(
         node,
         tuple(released_stages(node, ctx)),
-        release_lateness(node, ctx.lateness),
+        lateness,
         ctx.on_error(node),
         sources,
-        bool(fed and fed_items(below)),
+        items is not None,
         windows_stage(node, ctx),
     )
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roses_app.algebra.eventtime import LateSpec
-from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, LateWindows, arrival_groups
+from roses_app.algebra.lateness import RELEASED_LATENESS, LateWindows, arrival_groups
 from roses_app.algebra.plan import Aggregate, CountWindow, GroupBy, TimeWindow, WindowedGrouping
 from roses_app.algebra.slices import SliceMap
 from roses_app.algebra.windows import closed_windows, open_after
@@ -207,21 +207,12 @@ class WindowsStage:
         self, saved: Any, events: Sequence[Event], slices: SliceMap | None
     ) -> tuple[list[tuple[int, int, str | None]], Any, tuple[int, int]]:
         """The results to publish, the state to save, and (unchanged, revised)."""
-        from roses_app.xmlfn import split_batch
-        from roses_app.xmlfn.reduce import advance_windows
+        from roses_app.xmlfn.reduce import advance_windows, window_arrivals
 
         node = self.node
         windows = LateWindows.load(self.spec, RELEASED_LATENESS, node.report, saved, slices)
-        items = [e for e in events if e.item is not None]
-        keys: list[str | None] = [None] * len(items)
-        if isinstance(node, GroupBy):
-            keys = split_batch(node.by, self.namespaces, [e.item for e in items], self.on_error)
-        arrivals = [(e.ts, Arrival(e.ts, e.seq, None)) for e in events if e.item is None]
-        arrivals += [
-            (e.ts, Arrival(e.ts, e.seq, e.item, k))
-            for e, k in zip(items, keys, strict=True)
-            if k is not None or isinstance(node, Aggregate)
-        ]
+        # each released time one arrival
+        arrivals = window_arrivals(node, events, lambda e: e.ts, self.namespaces, self.on_error)
         _, settled, published = advance_windows(
             windows,
             arrival_groups(arrivals),

@@ -3,14 +3,14 @@ publish it (the XQuery reducer, then the window's guid and bounds)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from lxml import etree
 
 from roses_app.algebra import lategrouping
 from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
-from roses_app.algebra.plan import WindowedGrouping, XQuery
+from roses_app.algebra.plan import Aggregate, GroupBy, WindowedGrouping, XQuery
 from roses_app.xmlfn.batch import OnError, report, split_batch
 from roses_app.xmlfn.stamp import merged_session, stamp_grouping, stamp_window
 from roses_app.xmlfn.xpath import Namespaces
@@ -105,6 +105,40 @@ def stamped(
     except (etree.XMLSyntaxError, ValueError) as exc:  # the reducer checks its result
         report(on_error, f"stamping a window of {stream}", item, exc)
         return None
+
+
+class Timed(Protocol):
+    """An event of either engine: a time, a seq, an item (None: a heartbeat)."""
+
+    @property
+    def ts(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def item(self) -> str | None: ...
+
+
+def window_arrivals(
+    node: Aggregate | GroupBy,
+    events: Sequence[Timed],
+    arrival: Callable[[Timed], int],
+    namespaces: Namespaces,
+    on_error: OnError | None = None,
+) -> list[tuple[int, Arrival]]:
+    """(arrival, event) of ``events`` for the windows of ``node``: the heartbeats, and
+    the items with γ's key (an item without one goes to no window of a group).  Both
+    engines call this."""
+    items = [e for e in events if e.item is not None]
+    keys: list[str | None] = [None] * len(items)
+    if isinstance(node, GroupBy):
+        keys = split_batch(node.by, namespaces, [e.item for e in items], on_error)
+    out = [(arrival(e), Arrival(e.ts, e.seq, None)) for e in events if e.item is None]
+    out += [
+        (arrival(e), Arrival(e.ts, e.seq, e.item, key))
+        for e, key in zip(items, keys, strict=True)
+        if key is not None or isinstance(node, Aggregate)
+    ]
+    return out
 
 
 def advance_windows(
