@@ -195,28 +195,32 @@ def test_a_periodic_window_over_a_released_run_closes_once_across_micro_batches(
     assert [e.ts for e in kept if e.item is not None] == [3, 6]  # 3 is in the window of 6
 
 
-def test_every_operator_ending_a_released_run_is_lowered_as_that_run(
+def test_every_operator_over_publication_time_is_lowered_in_the_late_graph(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On Spark, each node type a released run may end with goes to the run's one
-    operator, whichever module lowers it over ingest time (a windowed grouping's
-    handler once lowered it as over ingest time)."""
+    """On Spark, each node type an operator over publication time may be (a released
+    run's end, late windows, a grouping or a join of items, a join of released
+    sides) goes to the late graph's operator, whichever module lowers it over ingest
+    time (a windowed grouping's handler once lowered it as over ingest time)."""
     from types import SimpleNamespace
 
     from strategies import REDUCER
 
+    from roses_app.algebra.lategraph import late_unit
     from roses_app.algebra.plan import (
         Aggregate,
         CountWindow,
+        Diff,
         GroupBy,
         Join,
+        Semijoin,
         SessionWindow,
         Source,
         TimeWindow,
         Unnest,
         WindowedGrouping,
     )
-    from roses_app.spark import latesequential
+    from roses_app.spark import lategraph
     from roses_app.spark.lower import lower
 
     wire = Source("wire", "published")
@@ -229,15 +233,21 @@ def test_every_operator_ending_a_released_run_is_lowered_as_that_run(
         WindowedGrouping(pairs, "string(title)", 2, REDUCER),
         Aggregate(Window(pairs, CountWindow(2)), REDUCER, "s"),
         GroupBy(Window(pairs, SessionWindow(3)), "string(title)", REDUCER, "s"),
+        pairs,
+        Semijoin(wire, Window(pairs, TimeWindow(5, None, 0, 0)), "true()"),
+        Diff(wire, Source("blog", "published"), "true()"),
+        WindowedGrouping(wire, "string(title)", 2, REDUCER),
+        Aggregate(Window(wire, TimeWindow(10, 10, 0, 0)), REDUCER, "s"),
     ]
     ran: list[Node] = []
 
-    def released(node: Node, ctx: object) -> str:
+    def late(node: Node, ctx: object) -> str:
         ran.append(node)
-        return "released"
+        return "late"
 
-    monkeypatch.setattr(latesequential, "late_sequential_frame", released)
+    monkeypatch.setattr(lategraph, "late_unit_frame", late)
     for node in nodes:
-        assert late_sequential(node) is not None, node
-        assert lower(node, SimpleNamespace(computed={}, lowered={})) == "released"  # type: ignore[arg-type]
+        assert late_unit(node), node
+        assert lower(node, SimpleNamespace(computed={}, lowered={})) == "late"  # type: ignore[arg-type]
     assert ran == nodes
+    assert set(map(type, nodes)) == set(lategraph.INGEST_LOWERING)

@@ -153,7 +153,7 @@ def through(tail: tuple[Filter | Map, ...], rows: list[Row]) -> list[Row]:
 
 def tombstoned(step: Filter | Map, rows: list[Row]) -> list[Row]:
     """``rows`` through a filter or a map as a run over windows' results takes them
-    (:func:`roses_app.spark.fed.named_tail`): a version dropped is kept as
+    (:func:`roses_app.spark.lateunits.named_rows`): a version dropped is kept as
     DROPPED, which still replaces the earlier ones."""
     from roses_app.xmlfn import filter_batch, map_batch
 

@@ -98,3 +98,40 @@ class Report:
             raise ValueError(f"unknown tick {self.tick!r} (expected one of {TICKS})")
         if not (self.on_close or self.on_change or self.every):
             raise ValueError("a report policy needs on-close, on-change or every")
+
+
+# Largest unit first: a duration is written in the largest unit that divides it.
+_UNITS = (
+    ("w", 7 * 86_400_000_000),
+    ("d", 86_400_000_000),
+    ("h", 3_600_000_000),
+    ("m", 60_000_000),
+    ("s", 1_000_000),
+    ("ms", 1_000),
+    ("us", 1),
+)
+
+
+def duration(micros: int) -> str:
+    """µs as feeds.yaml writes them: ``24h``, ``90s``, ``3us`` (``0s`` for none)."""
+    if micros == 0:
+        return "0s"
+    unit, size = next((u, s) for u, s in _UNITS if micros % s == 0)
+    return f"{micros // size}{unit}"
+
+
+def describe_window(spec: WindowSpec) -> str:
+    if isinstance(spec, CountWindow):
+        return f"ω_count N={spec.size}"
+    if isinstance(spec, SessionWindow):
+        return f"ω_session gap={duration(spec.gap)}"
+    return _describe_time(spec)
+
+
+def _describe_time(spec: TimeWindow) -> str:
+    text = f"ω_time w={duration(spec.width)}"
+    if spec.delay:
+        text += f" d={duration(spec.delay)}"
+    if spec.period is not None:
+        text += f" f={duration(spec.period)} t0={duration(spec.start)}"
+    return text

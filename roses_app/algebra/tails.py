@@ -31,6 +31,7 @@ from roses_app.algebra.eventtime import (
     window_delta_run,
 )
 from roses_app.algebra.globalplan import STATELESS_TYPES, is_stateless_in
+from roses_app.algebra.lategraph import late_graph, late_unit, unit_parts
 from roses_app.algebra.plan import Node, Stream, Window
 from roses_app.algebra.program import Namespaces, Program, build_program
 
@@ -120,26 +121,50 @@ def plan_tails(
     return Tails(tuple(heads.items()), program, streams_of, tuple(direct))
 
 
-def _copies_of_heads(streams: Iterable[Stream]) -> Iterator[tuple[Stream, Node]]:
-    """Each head Spark runs a copy of, with the stream that brings it: a head once
-    however many streams read it, but a head that publishes its late items once per
-    stream (those streams are lowered on their own)."""
+def _copies_of_heads(streams: Iterable[Stream]) -> Iterator[tuple[Stream, Node, bool]]:
+    """Each head Spark runs a copy of, with the stream that brings it and whether the
+    copy is the query's shared one: a head once however many streams read it, but a
+    stream whose tail reads a head that publishes its late items is lowered on its
+    own, so with its own copy of each of its heads."""
     stateless: dict[Node, bool] = {}
     seen: set[Node] = set()
     for stream in streams:
-        for head in split_tail(stream.plan, stateless)[1]:
-            if head not in seen or publishes_late(head):
+        tail, heads = split_tail(stream.plan, stateless)
+        alone = bool(tail) and any(publishes_late(h) for h in heads)
+        for head in heads:
+            if alone or head not in seen:
                 seen.add(head)
-                yield stream, head
+                yield stream, head, not alone
+
+
+def _copies(streams: Iterable[Stream], *, windows: bool) -> Iterator[tuple[Stream, Node, int]]:
+    """Each stateful node Spark computes, with the stream that brings it and how many
+    times it adds (see :func:`spark_copies`).  The operators over publication time
+    the query shares are computed once each (:mod:`roses_app.algebra.lategraph`),
+    with the windows they read; over ingest time, once per path from a head."""
+    stateless: dict[Node, bool] = {}
+    units: set[Node] = set()
+    for stream, head, shared in _copies_of_heads(streams):
+        if not late_unit(head):
+            for node, paths in _paths_from(head, stateless, windows=windows).items():
+                yield stream, node, paths
+            continue
+        for unit in late_graph([head]):
+            if shared and unit in units:
+                continue
+            if shared:
+                units.add(unit)
+            yield stream, unit, 1
+            if windows:
+                for part in unit_parts(unit):
+                    yield stream, part, 1
 
 
 def operator_count(streams: Sequence[Stream]) -> Iterator[tuple[Stream, int]]:
-    """Each stream with the number of stateful operators Spark runs for it and the
+    """Each stream with the number of stateful operators Spark computes for it and the
     streams before it (see :func:`spark_copies`)."""
-    stateless: dict[Node, bool] = {}
     brought: dict[int, int] = {}  # id(stream) -> the operators its new heads add
-    for stream, head in _copies_of_heads(streams):
-        added = sum(_paths_from(head, stateless).values())
+    for stream, _, added in _copies(streams, windows=False):
         brought[id(stream)] = brought.get(id(stream), 0) + added
     total = 0
     for stream in streams:
@@ -149,14 +174,13 @@ def operator_count(streams: Sequence[Stream]) -> Iterator[tuple[Stream, int]]:
 
 def spark_copies(streams: Iterable[Stream]) -> dict[Node, int]:
     """Each stateful node of ``streams`` with the number of times Spark computes it:
-    once per path to it from a head (a query is a tree), each head once (a head that
-    publishes late items once per stream reading it).  A window counts in each
-    operator that reads it, as well as on its own."""
-    stateless: dict[Node, bool] = {}
+    once per path to it from a head (a query is a tree), each head once (but each
+    head of a stream lowered on its own once more), an operator over publication
+    time once.  A window counts in each operator that reads it, as well as on its
+    own."""
     copies: dict[Node, int] = {}
-    for _, head in _copies_of_heads(streams):
-        for node, paths in _paths_from(head, stateless, windows=True).items():
-            copies[node] = copies.get(node, 0) + paths
+    for _, node, paths in _copies(streams, windows=True):
+        copies[node] = copies.get(node, 0) + paths
     return copies
 
 

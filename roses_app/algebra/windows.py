@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
 
-from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import (
     CountWindow,
     Node,
@@ -38,6 +37,7 @@ from roses_app.algebra.plan import (
     Window,
     WindowSpec,
 )
+from roses_app.algebra.specs import describe_window
 
 
 class Timed(Protocol):

@@ -37,12 +37,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.eventtime import late_windowed
 from roses_app.algebra.plan import Aggregate, GroupBy, Nest, TimeWindow, XQuery
 from roses_app.algebra.windows import BucketLayout, bucket_layout, periodic_input
 from roses_app.errors import QueryError
 from roses_app.spark import udfs
-from roses_app.spark.late import late_frame
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower
 from roses_app.xmlfn.reduce import reduce_groups
 
@@ -158,10 +156,8 @@ def _finish(groups: DataFrame, item: Column) -> DataFrame:
 
 
 def aggregate_frame(node: Aggregate, ctx: LowerContext) -> DataFrame:
-    """α (the handler is in :mod:`roses_app.spark.latesequential`, which lowers an
-    aggregate over a released run itself)."""
-    if late_windowed(node) is not None:
-        return late_frame(node, ctx)
+    """α over ingest time (:mod:`roses_app.spark.lategraph` lowers it over
+    publication time)."""
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)
     reduce = reducer_udf(node.reduce, ctx.namespaces, node.stream, ctx.on_error(node))
@@ -169,10 +165,7 @@ def aggregate_frame(node: Aggregate, ctx: LowerContext) -> DataFrame:
 
 
 def group_by_frame(node: GroupBy, ctx: LowerContext) -> DataFrame:
-    """γ (the handler is in :mod:`roses_app.spark.latesequential`, which lowers a group
-    over a count window over publication time itself)."""
-    if late_windowed(node) is not None:
-        return late_frame(node, ctx)
+    """γ over ingest time (as :func:`aggregate_frame`)."""
     frame, buckets = grouped_input(node, ctx)
     split = udfs.splitter_udf(node.by, ctx.namespaces, ctx.on_error(node))
     groups = collect(frame, buckets, split(F.col("item")))
@@ -181,8 +174,7 @@ def group_by_frame(node: GroupBy, ctx: LowerContext) -> DataFrame:
 
 
 def nest_frame(node: Nest, ctx: LowerContext) -> DataFrame:
-    """Nest over ingest time (the handler is in :mod:`roses_app.spark.latesequential`,
-    which also lowers it over publication time)."""
+    """Nest over ingest time (as :func:`aggregate_frame`)."""
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)
     return _finish(groups, nester_udf(ctx.on_error(node))("items", "ts"))

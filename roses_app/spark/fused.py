@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark import Accumulator
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
 from roses_app.algebra.program import Program, Step
 from roses_app.spark import udfs
@@ -49,7 +50,9 @@ def to_batch(rows: Sequence[Sequence[object]], schema: pa.Schema = FUSED_SCHEMA)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-TAIL_INPUT = ("source", "ts", "seq", "item")
+# a row with a stream is already that stream's (a stream rooted at an operator over
+# publication time, computed with the heads it shares: roses_app.spark.lategraph)
+TAIL_INPUT = ("source", "stream", "part", "ts", "seq", "item")
 TAIL_SCHEMA = pa.schema(
     [
         ("stream", pa.string()),
@@ -107,6 +110,11 @@ def fused_frame(
     return events.select(*INPUT_COLUMNS).mapInArrow(run, FUSED_DDL)
 
 
+def no_stream() -> tuple[Column, Column]:
+    """The ``stream`` and ``part`` of a head's rows in :func:`tail_frame`'s input."""
+    return F.lit(None).cast("string").alias("stream"), F.lit("").alias("part")
+
+
 def tail_frame(
     heads: DataFrame,
     program: Program,
@@ -115,7 +123,8 @@ def tail_frame(
 ) -> DataFrame:
     """The output rows (``stream, part, ts, seq, item``) of the stateless tails of a
     stateful query (:mod:`roses_app.algebra.tails`): ``heads`` holds the rows of
-    every head once, ``source`` its key, and ``program`` runs every tail on them."""
+    every head once, ``source`` its key, and ``program`` runs every tail on them;
+    its rows that name a stream pass as they are."""
     names = [tuple(streams_of.get(key, ())) for _, key in program.outputs]
     hook_for = error_hooks(errors)
 
@@ -123,7 +132,12 @@ def tail_frame(
         from roses_app.xmlfn.fused import run_program
 
         for batch in batches:
-            sources, ts, seq, items = (batch.column(name).to_pylist() for name in TAIL_INPUT)
+            columns = [batch.column(name).to_pylist() for name in TAIL_INPUT]
+            passed = [row[1:] for row in zip(*columns, strict=True) if row[1] is not None]
+            if passed:  # the program takes the others
+                rows = [row for row in zip(*columns, strict=True) if row[1] is None]
+                columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[]] * 6
+            sources, _, _, ts, seq, items = columns
             rows = run_program(program, sources, ts, seq, items, hook_for=hook_for)
             out = [
                 (stream, part, when, at, item)
@@ -132,6 +146,6 @@ def tail_frame(
                 for index in outputs
                 for stream in names[index]
             ]
-            yield to_batch(out, TAIL_SCHEMA)
+            yield to_batch(passed + out, TAIL_SCHEMA)
 
     return heads.select(*TAIL_INPUT).mapInArrow(run, TAIL_DDL).select(*OUTPUT_COLUMNS)

@@ -17,11 +17,13 @@ from pyspark.sql import functions as F
 
 from roses_app.algebra.eventtime import event_timed
 from roses_app.algebra.globalplan import GlobalPlan
+from roses_app.algebra.lategraph import late_unit
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.tails import plan_tails
-from roses_app.spark.fused import TAIL_INPUT, tail_frame
+from roses_app.spark.fused import TAIL_INPUT, no_stream, tail_frame
+from roses_app.spark.lategraph import late_graph_frame
 from roses_app.spark.lower import LowerContext, compile_stream, heartbeat, lower
-from roses_app.spark.registry import EVENT_COLUMNS, above_watermark, union_all
+from roses_app.spark.registry import EVENT_COLUMNS, OUTPUT_COLUMNS, above_watermark, union_all
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +46,28 @@ def stateful_frame(
     }
     ctx = LowerContext(events, context.namespaces, context.errors, context.lateness, computed)
     tails = plan_tails(streams, plan.id_of, ctx.namespaces)
-    frames = [compile_stream(stream, ctx) for stream in tails.direct]
+    late: list[tuple[Node, str | None, str | None]] = [
+        (head, key, None) for head, key in tails.heads if late_unit(head)
+    ]
+    late += [(s.plan, None, s.name) for s in tails.direct if late_unit(s.plan)]
+    frames = [compile_stream(s, ctx) for s in tails.direct if not late_unit(s.plan)]
+    # the operators over publication time, each once: one frame, read at one place
+    # (a frame read twice would be computed twice)
+    late_rows = late_graph_frame(late, ctx) if late else None
     if tails.program is not None:
         # every head once, then every stream's stateless tail in one pass over them
         heads = [
-            lower(head, ctx).where(~heartbeat()).select(F.lit(key).alias("source"), *TAIL_INPUT[1:])
+            lower(head, ctx)
+            .where(~heartbeat())
+            .select(F.lit(key).alias("source"), *no_stream(), "ts", "seq", "item")
             for head, key in tails.heads
+            if not late_unit(head)
         ]
+        if late_rows is not None:
+            heads.append(late_rows.select(*TAIL_INPUT))
         frames.append(tail_frame(union_all(heads), tails.program, tails.streams_of, ctx.errors))
+    elif late_rows is not None:
+        frames.append(late_rows.select(*OUTPUT_COLUMNS))
     log.debug("query %s: %s", name, tails.describe())
     return union_all(frames)
 

@@ -43,11 +43,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 from roses_app.algebra.equikeys import EquiKey, equi_key
-from roses_app.algebra.eventtime import late_joined, released_joined
-from roses_app.algebra.explain import describe_window
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Window, XQuery
-from roses_app.spark.latejoin import late_join_frame
-from roses_app.spark.registry import LowerContext, above_watermark, lower, register
+from roses_app.algebra.specs import describe_window
+from roses_app.spark.registry import LowerContext, above_watermark, lower
 from roses_app.spark.udfs import ErrorHook, Namespaces
 
 TRUE = "true()"
@@ -396,10 +394,9 @@ def _composed(pairs: DataFrame, node: Join, ctx: LowerContext) -> DataFrame:
     )
 
 
-@register
-def _join(node: Join, ctx: LowerContext) -> DataFrame:
-    if late_joined(node) is not None or released_joined(node) is not None:
-        return late_join_frame(node, ctx)
+def join_frame(node: Join, ctx: LowerContext) -> DataFrame:
+    """⋈ over ingest time (:mod:`roses_app.spark.lategraph` lowers it over
+    publication time)."""
     s = sides(node, ctx)
     gaps = (by_left(s.right_reach), by_right(s.left_reach))
     pairs = _composed(matches(s, list(gaps), node.on, ctx, node), node, ctx)
@@ -409,17 +406,13 @@ def _join(node: Join, ctx: LowerContext) -> DataFrame:
     return events(kept, F.col("p_ts"), F.col("p_seq"), F.col("p_item"), s.metadata)
 
 
-@register
-def _semijoin(node: Semijoin, ctx: LowerContext) -> DataFrame:
-    if late_joined(node) is not None or released_joined(node) is not None:
-        return late_join_frame(node, ctx)
+def semijoin_frame(node: Semijoin, ctx: LowerContext) -> DataFrame:
+    """⋉ over ingest time (as :func:`join_frame`)."""
     s = sides(node, ctx)
     return with_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))
 
 
-@register
-def _diff(node: Diff, ctx: LowerContext) -> DataFrame:
-    if late_joined(node) is not None or released_joined(node) is not None:
-        return late_join_frame(node, ctx)
+def diff_frame(node: Diff, ctx: LowerContext) -> DataFrame:
+    """The difference over ingest time (as :func:`join_frame`)."""
     s = sides(node, ctx)
     return without_partner(s, matches(s, [by_left(s.right_reach)], node.on, ctx, node))

@@ -1,44 +1,31 @@
-"""Lowering of Window (read as a stream), Delta, Nest, Aggregate and GroupBy: over
-ingest time (and α/γ over the windows :mod:`roses_app.algebra.lateness` runs) as
-:mod:`roses_app.spark.sequential`, :mod:`roses_app.spark.aggregate` and
-:mod:`roses_app.spark.late` say; over a released run of items read in publication
-time (:func:`roses_app.algebra.eventtime.late_sequential`), the rule of
-:mod:`roses_app.algebra.release`.
+"""A released run over publication time (:func:`roses_app.algebra.eventtime.late_sequential`),
+the rule of :mod:`roses_app.algebra.release`, one micro-batch at a time.
 
-Over publication time one ``transformWithStateInPandas`` operator, under one constant
-key (the clock is the latest time seen of every item), holds the items on time until
-the clock is more than the lateness past them, then runs them in time order through
-the same stages as over ingest time (:mod:`roses_app.spark.stages`: the windows,
-deltas, nests and windowed groupings of the run, then an aggregate or a group: per
-time of its window, or per closed window of a periodic one; with a report policy or
-sessions, the windows of :mod:`roses_app.algebra.lateness`, each time one arrival).
-Its state (the clock, the items held and each stage's memory) is JSON in one value
-state. Items later than the lateness are counted under ``late:STREAM`` (and an
-aggregate or a group with ``late: publish`` publishes them in its ``late`` part).
+The run holds the items on time until the clock (the latest time seen of every item)
+is more than the lateness past them, then runs them in time order through the same
+stages as over ingest time (:mod:`roses_app.spark.stages`: the windows, deltas, nests
+and windowed groupings of the run, then an aggregate or a group: per time of its
+window, or per closed window of a periodic one; with a report policy or sessions, the
+windows of :mod:`roses_app.algebra.lateness`, each time one arrival).  Its state (the
+clock, the items held and each stage's memory) is JSON.  Items later than the
+lateness are counted under ``late:STREAM`` (and an aggregate or a group with
+``late: publish`` publishes them in its ``late`` part).  The late graph's operator
+runs it (:mod:`roses_app.spark.lategraph`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-from pyspark import Accumulator
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessorHandle
-from pyspark.sql.streaming.stateful_processor import TimerValues
-
 from roses_app.algebra.eventtime import (
     fed_operators,
-    late_grouped,
     late_sequential,
     publishes_late,
     released_chain,
     released_windows,
 )
-from roses_app.algebra.lateness import LATE_PART, Arrival, arrival_groups
+from roses_app.algebra.lateness import LATE_PART, Arrival
 from roses_app.algebra.plan import (
     Aggregate,
     Delta,
@@ -50,45 +37,13 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
 )
 from roses_app.algebra.release import Release, release_lateness
-from roses_app.algebra.release_fed import (
-    FedRelease,
-    fed_branches,
-    fed_horizon,
-    fed_items,
-    side_shape,
-)
+from roses_app.algebra.release_fed import FedRelease, fed_horizon, side_shape
 from roses_app.algebra.slices import SliceMap
 from roses_app.algebra.windows import periodic_input
 from roses_app.spark import udfs
-from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame
-from roses_app.spark.fed import fed_frame
-from roses_app.spark.late import (
-    OUTPUT_DDL,
-    SLICE_DDL,
-    SLICE_KEY_DDL,
-    SLICES,
-    JsonStateProcessor,
-    StateSlices,
-    output_frame,
-    read_arrivals,
-    timed_input,
-    with_clock,
-)
-from roses_app.spark.lategrouping import late_grouping_frame
-from roses_app.spark.registry import (
-    EVENT_COLUMNS,
-    LowerContext,
-    register,
-)
-from roses_app.spark.sequential import (
-    Event,
-    Memory,
-    Operator,
-    process,
-    stage_of,
-    window_or_delta,
-    windowed_grouping_frame,
-)
+from roses_app.spark.late import with_clock
+from roses_app.spark.registry import Hooks
+from roses_app.spark.sequential import Event, Memory, Operator, process, stage_of
 from roses_app.spark.stages import (
     ClosedWindowsOperator,
     GroupOperator,
@@ -97,10 +52,6 @@ from roses_app.spark.stages import (
     UnnestOperator,
     WindowsStage,
 )
-from roses_app.spark.stateless import unnest_frame
-
-KEY = "release_key"
-
 
 Row = tuple[int, int, str | None, str]  # ts, seq, item, part
 
@@ -158,40 +109,6 @@ class ReleasedRun:
         return told, late, state, (len(late), *counts)
 
 
-class LateSequentialProcessor(JsonStateProcessor):
-    """One :class:`ReleasedRun`, micro-batch after micro-batch."""
-
-    def __init__(
-        self,
-        run: ReleasedRun,
-        tallies: Accumulator[dict[str, int]] | None,
-        keyed: bool = False,
-    ) -> None:
-        super().__init__((), run.on_error, tallies)
-        self.run = run
-        # over operators' results, a window's results by their guid (fed_frame's key),
-        # so that a revision replaces, and items keyed ITEMS; the others not
-        self.keyed = keyed
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        super().init(handle)
-        self.slices: StateSlices | None = None
-        if self.run.windows is not None and self.run.windows.sliced:
-            self.slices = StateSlices(handle.getMapState(SLICES, SLICE_KEY_DDL, SLICE_DDL))
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        found = read_arrivals(rows, "key" if self.keyed else None, unkeyed=True)
-        told, _, state, (late, unchanged, revised) = self.run.advance(
-            self.load_state() or {}, arrival_groups(found), self.slices
-        )
-        self.save_state(state)
-        self.tally(self.run.node.origin.stream, late=late, unchanged=unchanged, revised=revised)
-        if told:
-            yield output_frame(told)
-
-
 def dump_memory(memory: Memory) -> dict[str, Any]:
     kept = {str(n): [list(e) for e in events] for n, events in memory.kept.items()}
     return {"clock": memory.clock, "kept": kept}
@@ -204,7 +121,7 @@ def load_memory(saved: dict[str, Any] | None) -> Memory:
     return Memory(saved["clock"], kept)
 
 
-def released_stages(node: Node, ctx: LowerContext) -> list[Operator]:
+def released_stages(node: Node, ctx: Hooks) -> list[Operator]:
     """The stages of the run of operators ``node`` ends over publication time
     (:func:`~roses_app.algebra.eventtime.released_chain`), the lowest first; not the
     windows stage (:func:`windows_stage`) nor the window it reads."""
@@ -233,7 +150,7 @@ def released_stages(node: Node, ctx: LowerContext) -> list[Operator]:
     return stages
 
 
-def windows_stage(node: Node, ctx: LowerContext) -> WindowsStage | None:
+def windows_stage(node: Node, ctx: Hooks) -> WindowsStage | None:
     """The last stage of ``node``'s run, when it computes windows with a report
     policy or sessions (:func:`~roses_app.algebra.eventtime.released_windows`)."""
     spec = released_windows(node)
@@ -243,7 +160,7 @@ def windows_stage(node: Node, ctx: LowerContext) -> WindowsStage | None:
     return WindowsStage(node, spec, ctx.namespaces, ctx.on_error(node))
 
 
-def released_run(node: Node, ctx: LowerContext) -> ReleasedRun:
+def released_run(node: Node, ctx: Hooks) -> ReleasedRun:
     """The release and the stages of the run ``node`` ends (see :class:`ReleasedRun`)."""
     below = late_sequential(node)
     assert below is not None
@@ -259,75 +176,3 @@ def released_run(node: Node, ctx: LowerContext) -> ReleasedRun:
         items is not None,
         windows_stage(node, ctx),
     )
-
-
-def late_sequential_frame(node: Node, ctx: LowerContext) -> DataFrame:
-    """The results of ``node`` over publication time: see the module doc."""
-    below = late_sequential(node)
-    assert below is not None
-    fed = fed_operators(below) is not None
-    branches = fed_branches(below) if fed else []
-    items = fed_items(below) if fed else []
-    if fed:
-        frame = fed_frame(node, branches, items, ctx)
-    else:
-        frame = timed_input(node, below, ctx).withColumn("key", F.lit(None).cast("string"))
-    rows = frame.select(F.lit(0).alias(KEY), "ts", "seq", "item", "event", "key")
-    keyed = bool(items) or any(b.named for b in branches)
-    processor = LateSequentialProcessor(released_run(node, ctx), ctx.errors, keyed)
-    out = rows.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=processor,
-        outputStructType=OUTPUT_DDL,
-        outputMode="Append",
-        timeMode="None",
-        # No event-time column, as for the late windows (roses_app.spark.late): results
-        # come at publication times, behind the watermark.
-    )
-    if publishes_late(node):
-        return out.select(*EVENT_COLUMNS, "part")
-    return out.select(*EVENT_COLUMNS)
-
-
-@register(Window)
-@register(Delta)
-def _window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
-    if late_sequential(node) is not None:
-        return late_sequential_frame(node, ctx)
-    return window_or_delta(node, ctx)
-
-
-@register
-def _aggregate(node: Aggregate, ctx: LowerContext) -> DataFrame:
-    if late_sequential(node) is not None:
-        return late_sequential_frame(node, ctx)
-    return aggregate_frame(node, ctx)
-
-
-@register
-def _nest(node: Nest, ctx: LowerContext) -> DataFrame:
-    if late_sequential(node) is not None:
-        return late_sequential_frame(node, ctx)
-    return nest_frame(node, ctx)
-
-
-@register
-def _group_by(node: GroupBy, ctx: LowerContext) -> DataFrame:
-    if late_sequential(node) is not None:
-        return late_sequential_frame(node, ctx)
-    return group_by_frame(node, ctx)
-
-
-@register
-def _unnest(node: Unnest, ctx: LowerContext) -> DataFrame:
-    if late_sequential(node) is not None:
-        return late_sequential_frame(node, ctx)
-    return unnest_frame(node, ctx)
-
-
-@register
-def _windowed_grouping(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
-    if late_grouped(node) is not None:  # of items read in publication time
-        return late_grouping_frame(node, ctx)
-    if late_sequential(node) is not None:  # in a released run
-        return late_sequential_frame(node, ctx)
-    return windowed_grouping_frame(node, ctx)

@@ -43,8 +43,10 @@ PLANS_FILE = "plans.pickle"
 # started again (2: each head once, the stateless tails fused; 3: a periodic late
 # window's items in a map state of slices; 4: the late operators tell their clock and
 # their heartbeats, and a released run reads a key column; 5: a released run tells
-# the last time it released, and names windows' results by branch and guid).
-LOWERING = 5
+# the last time it released, and names windows' results by branch and guid; 6: the
+# operators over publication time that read one another run in one operator, each
+# unit's state under its own name).
+LOWERING = 6
 
 
 class Ledger(Protocol):

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from roses_app.algebra.plan import NODE_TYPES, Split, Stream
-from roses_app.spark import aggregate, joins, latesequential, sequential, stateless
+from roses_app.spark import aggregate, joins, lategraph, sequential, stateless
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     OUTPUT_COLUMNS,
@@ -24,7 +24,7 @@ from roses_app.spark.registry import (
     with_watermark,
 )
 
-HANDLER_MODULES = (stateless, sequential, aggregate, joins, latesequential)
+HANDLER_MODULES = (stateless, sequential, aggregate, joins, lategraph)
 
 
 def compile_stream(stream: Stream, ctx: LowerContext) -> DataFrame:

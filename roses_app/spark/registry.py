@@ -31,6 +31,19 @@ EVENT_COLUMNS = ("ts", "seq", "item", "time")
 
 
 @dataclass(frozen=True)
+class Hooks:
+    """What an operator's item functions need where they run: the namespaces, the
+    accumulator counting the items they drop, per step, and the allowed lateness."""
+
+    namespaces: Namespaces = ()
+    errors: Accumulator[dict[str, int]] | None = None
+    lateness: int = 0
+
+    def on_error(self, node: Node) -> udfs.ErrorHook:
+        return udfs.error_hook(udfs.Step.of(node), self.errors)
+
+
+@dataclass(frozen=True)
 class LowerContext:
     """What every handler may use: the spool's event stream (with its watermark), the
     namespaces, the allowed lateness (µs), the accumulator counting items dropped by
@@ -53,6 +66,10 @@ class LowerContext:
 
     def on_error(self, node: Node) -> udfs.ErrorHook:
         return udfs.error_hook(udfs.Step.of(node), self.errors)
+
+    @property
+    def hooks(self) -> Hooks:
+        return Hooks(self.namespaces, self.errors, self.lateness)
 
 
 @singledispatch
