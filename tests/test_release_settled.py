@@ -9,11 +9,8 @@ engine runs.  The ``event_time_chained`` replay fixture runs both engines end to
 
 from __future__ import annotations
 
-import itertools
 import json
-from bisect import bisect_left, bisect_right
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,290 +24,36 @@ from strategies import (
     released_chains,
 )
 from test_differential import assert_engines_agree
-from test_lategrouping import arrivals_of
-from test_latejoin import join_arrivals
+from test_lategraph import graph_results
 
 from roses_app.algebra.eventtime import (
     fed_operators,
     late_sequential,
-    late_windowed,
-    released_joined,
 )
-from roses_app.algebra.lategrouping import LateGrouping
-from roses_app.algebra.latejoin import CLOCK_SEQ, LateJoin, join_keyed, join_kind
-from roses_app.algebra.lateness import LateWindows, arrival_groups
 from roses_app.algebra.panes import Arrival
 from roses_app.algebra.plan import (
     Aggregate,
-    Filter,
-    GroupBy,
-    Map,
     Node,
     Stream,
-    WindowedGrouping,
 )
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.algebra.release_fed import (
-    DROPPED,
-    ITEMS,
-    RESULT_NAME,
-    FedBranch,
     FedRelease,
-    fed_branches,
     fed_horizon,
-    fed_items,
     fed_release,
     mark_seq,
 )
-from roses_app.algebra.slices import MemorySlices
 from roses_app.config import parse_config
-from roses_app.xmlfn import split_batch
 
 Row = tuple[int, int, str | None]
 
 
-def failed(item: str | None, exc: BaseException) -> None:
-    raise AssertionError(f"{item}: {exc}")
-
-
-def window_arrivals(node: Aggregate | GroupBy, events: list[RefInput]) -> list[list[Arrival]]:
-    """The arrival groups α or γ over windows takes (as the reference's): the items
-    below (with γ's key) at their time, and the heartbeats."""
-    found = late_windowed(node)
-    assert found is not None
-    below = evaluate_streams([Stream("b", found[0])], events)["b"].get("", [])
-    items = [e for e in below if e.item is not None]
-    keys: list[str | None] = [None] * len(items)
-    if isinstance(node, GroupBy):
-        keys = split_batch(node.by, (), [e.item for e in items])
-    ingest = {e.seq: e.ts for e in events}
-    tagged = [(e.ts, Arrival(e.ts, e.seq, None)) for e in events if e.item is None]
-    tagged += [
-        (ingest[e.seq], Arrival(e.ts, e.seq, e.item, key))
-        for e, key in zip(items, keys, strict=True)
-        if key is not None or isinstance(node, Aggregate)
-    ]
-    return arrival_groups(tagged)
-
-
-def operator_batches(
-    below: Node, events: list[RefInput], cuts: list[int]
-) -> list[tuple[list[Row], list[Arrival], int | None]]:
-    """Per micro-batch, cut before the ingest times ``cuts``: what the operator
-    publishes, its heartbeats on time, and its horizon after the batch (its state
-    through JSON)."""
-    from roses_app.xmlfn.pairs import advance_join, late_join_results
-    from roses_app.xmlfn.reduce import advance_grouping, advance_windows
-
-    if late_sequential(below) is not None:  # a run's results
-        return run_batches(below, events, cuts)
-    if released_joined(below) is not None:  # a join of released sides
-        return released_join_batches(below, events, cuts)
-    if isinstance(below, Aggregate | GroupBy):
-        groups = window_arrivals(below, events)
-    elif isinstance(below, WindowedGrouping):
-        groups = arrivals_of(below, events)
-    else:
-        groups = join_arrivals(below, events)
-    ingest = {e.seq: e.ts for e in events}
-    starts = [ingest[group[0].seq] for group in groups]  # each group's ingest time
-    bounds = [0, *(bisect_left(starts, t) for t in sorted(cuts)), len(groups)]
-    saved: dict[str, Any] | None = None
-    store = MemorySlices()  # the windows' MapState: kept between micro-batches
-    out: list[tuple[list[Row], list[Arrival], int | None]] = []
-    for start, end in itertools.pairwise(bounds):
-        lateness = below.lateness  # type: ignore[attr-defined]
-        if isinstance(below, Aggregate | GroupBy):
-            spec = late_windowed(below)[1]  # type: ignore[index]
-            state = LateWindows.load(spec, lateness, below.report, saved, store)
-            planned, _, emitted = advance_windows(state, groups[start:end], below.reduce, (), "s")
-            rows: list[Row] = [(e.ts, e.seq, item) for e, item in emitted]
-            beats = planned.heartbeats
-        elif isinstance(below, WindowedGrouping):
-            grouping = LateGrouping.load(below.size, lateness, False, saved)
-            done, _, published = advance_grouping(grouping, groups[start:end], below, ())
-            rows = [(e.time, e.at, item) for e, item in published]
-            beats, state = done.heartbeats, grouping
-        else:
-            specs = late_specs(below)
-            kind, keyed = join_kind(below), join_keyed(below)  # type: ignore[arg-type]
-            join = LateJoin.load(*specs, lateness, kind, saved, False, keyed)
-            found = advance_join(below, join, groups[start:end], ())  # type: ignore[arg-type]
-            rows = list(late_join_results(below, join, found, ())[0])  # type: ignore[arg-type]
-            beats, state = found.heartbeats, join
-        out.append((rows, beats, fed_horizon(below, state.clock)))
-        saved = json.loads(json.dumps(state.dump()))
-    return out
-
-
-def through(tail: tuple[Filter | Map, ...], rows: list[Row]) -> list[Row]:
-    """``rows`` (an operator's results) through the filters and maps of ``tail``, as
-    the stateless lowering of a generation computes them."""
-    for step in tail:
-        rows = [row for row in tombstoned(step, rows) if row[2] != DROPPED]
-    return rows
-
-
-def tombstoned(step: Filter | Map, rows: list[Row]) -> list[Row]:
-    """``rows`` through a filter or a map as a run over windows' results takes them
-    (:func:`roses_app.spark.lateunits.named_rows`): a version dropped is kept as
-    DROPPED, which still replaces the earlier ones."""
-    from roses_app.xmlfn import filter_batch, map_batch
-
-    live = [None if item == DROPPED else item for _, _, item in rows]
-    if isinstance(step, Filter):
-        kept = filter_batch(step.where, (), live)
-        new = [item if keep else DROPPED for item, keep in zip(live, kept, strict=True)]
-    else:
-        assert step.xpath is not None
-        new = [item or DROPPED for item in map_batch(step.xpath, (), live)]
-    return [
-        (t, seq, old if item is None else fresh)
-        for (t, seq, old), item, fresh in zip(rows, live, new, strict=True)
-    ]
-
-
-def late_specs(join: Node) -> tuple[Any, Any]:
-    from roses_app.algebra.eventtime import late_joined
-
-    sides = late_joined(join)
-    assert sides is not None
-    return sides[1], sides[3]
-
-
 def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list[Row]:
     """The run's results when the operators below and the release run batch after
-    batch (cut before the ingest times ``cuts``), as the Spark operators do."""
-    return [row for rows, _, _ in run_batches(plan, events, cuts) for row in rows]
-
-
-def run_batches(
-    plan: Node, events: list[RefInput], cuts: list[int]
-) -> list[tuple[list[Row], list[Arrival], int | None]]:
-    """Per micro-batch, the results of the run ``plan`` ends, the heartbeats it
-    released and the last time it released (what a run over its results reads): the
-    results, heartbeats and horizons of the operators below (a heartbeat at the
-    branch's mark seq) and the items go to the release, whose state goes through
-    JSON, then through the run's stages."""
-    from roses_app.spark.latesequential import released_run
-
-    below = late_sequential(plan)
-    assert below is not None
-    fed = fed_branches(below) if fed_release(plan) else []
-    context = SimpleNamespace(namespaces=(), on_error=lambda node: failed, lateness=0)
-    released = released_run(plan, context)  # type: ignore[arg-type]
-    runs = [operator_batches(b.operator, events, cuts) for b in fed]
-    item_branches = fed_items(below) if fed else [below]
-    items = item_batches(item_branches, events, cuts)
-    saved: dict[str, Any] = {}
-    store = MemorySlices()  # the windows' MapState: kept between micro-batches
-    horizon: int | None = None
-    out_batches: list[tuple[list[Row], list[Arrival], int | None]] = []
-    for batch in range(len(cuts) + 1):
-        arrivals = side_arrivals(fed, runs, items, batch)
-        if not fed:
-            arrivals = [(t, Arrival(a.time, a.seq, a.item)) for t, a in arrivals]
-        told, _, state, _ = released.advance(saved, arrival_groups(arrivals), store)
-        results = [(t, seq, item) for t, seq, item, part in told if item is not None and not part]
-        beats = [Arrival(t, seq, None) for t, seq, item, _ in told if item is None]
-        horizon = max((a.time for a in beats if a.seq == CLOCK_SEQ), default=horizon)
-        out_batches.append((results, [a for a in beats if a.seq != CLOCK_SEQ], horizon))
-        saved = json.loads(json.dumps(state))
-    return out_batches
-
-
-Batches = list[tuple[list[Row], list[Arrival], int | None]]
-
-
-def released_join_batches(plan: Node, events: list[RefInput], cuts: list[int]) -> Batches:
-    """Per micro-batch, the results of a join over operators' results, its heartbeats
-    and its horizon: each side's operators' results and items (as a released run
-    takes them) through :class:`~roses_app.spark.latejoin.ReleasedJoin`, its state
-    through JSON."""
-    from roses_app.algebra.release_fed import side_inputs
-    from roses_app.spark.latejoin import ReleasedJoin
-
-    sides = released_joined(plan)
-    assert sides is not None
-    joined = ReleasedJoin(plan, (), failed)  # type: ignore[arg-type]
-    inputs = [side_inputs(below) for below in (sides[0], sides[2])]
-    runs = [[operator_batches(b.operator, events, cuts) for b in fed] for fed, _ in inputs]
-    items = [item_batches(found, events, cuts) for _, found in inputs]
-    saved: dict[str, Any] | None = None
-    horizon: int | None = None
-    out: Batches = []
-    for batch in range(len(cuts) + 1):
-        left, right = (
-            arrival_groups(side_arrivals(fed, side_runs, side_items, batch))
-            for (fed, _), side_runs, side_items in zip(inputs, runs, items, strict=True)
-        )
-        told, state, _ = joined.advance(saved, left, right)
-        results = [(t, seq, item) for t, seq, item, _ in told if item is not None]
-        beats = [Arrival(t, seq, None) for t, seq, item, _ in told if item is None]
-        horizon = max((a.time for a in beats if a.seq == CLOCK_SEQ), default=horizon)
-        out.append((results, [a for a in beats if a.seq != CLOCK_SEQ], horizon))
-        saved = json.loads(json.dumps(state))
-    return out
-
-
-def side_arrivals(
-    fed: list[FedBranch],
-    runs: list[Batches],
-    items: dict[int, list[tuple[int, Arrival]]],
-    batch: int,
-) -> list[tuple[int, Arrival]]:
-    """What a reader of operators' results takes in micro-batch ``batch``: the items
-    of its item branches, and each branch's operator's results, heartbeats and
-    horizon (:func:`branch_arrivals`)."""
-    arrivals: list[tuple[int, Arrival]] = list(items.get(batch, []))
-    for index, (branch, run) in enumerate(zip(fed, runs, strict=True)):
-        arrivals += branch_arrivals(branch, index, run[batch])
-    return arrivals
-
-
-def branch_arrivals(
-    branch: FedBranch, index: int, batch: tuple[list[Row], list[Arrival], int | None]
-) -> list[tuple[int, Arrival]]:
-    """One micro-batch of a branch's operator as the run takes it: its results named
-    and through the branch's filters and maps, its heartbeats, its horizon."""
-    results, beats, horizon = batch
-    if branch.named:  # each result by its guid: its revisions replace it
-        names = split_batch(RESULT_NAME, (), [item for _, _, item in results])
-        keys = [None if name is None else f"{index} {name}" for name in names]
-        for step in branch.tail:
-            results = tombstoned(step, results)
-    else:
-        results = through(branch.tail, results)
-        keys = [None] * len(results)
-    arrivals = [
-        (t, Arrival(t, seq, item, key)) for (t, seq, item), key in zip(results, keys, strict=True)
-    ]
-    arrivals += [(a.time, Arrival(a.time, a.seq, None)) for a in beats]
-    if horizon is not None:
-        arrivals.append((horizon, Arrival(horizon, mark_seq(index), None)))
-    return arrivals
-
-
-def item_batches(
-    items: list[Node], events: list[RefInput], cuts: list[int]
-) -> dict[int, list[tuple[int, Arrival]]]:
-    """Per micro-batch (cut before the ingest times ``cuts``), the events of the item
-    branches of a union (their frontier rows, heartbeats among them) at their ingest
-    times, keyed ITEMS."""
-    if not items:
-        return {}
-    streams = [Stream(f"i{n}", node) for n, node in enumerate(items)]
-    found = evaluate_streams(streams, events)
-    ingest = {e.seq: e.ts for e in events}
-    rows = {(e.ts, e.seq, None) for e in events if e.item is None}
-    rows |= {(e.ts, e.seq, e.item) for s in streams for e in found[s.name].get("", []) if e.item}
-    out: dict[int, list[tuple[int, Arrival]]] = {}
-    for ts, seq, item in rows:
-        at = ingest[seq]
-        out.setdefault(bisect_right(sorted(cuts), at), []).append(
-            (at, Arrival(ts, seq, item, ITEMS))
-        )
-    return out
+    batch (cut before the ingest times ``cuts``), as the Spark operator runs them
+    (:class:`~roses_app.spark.lategraph.LateGraph`, its state through JSON)."""
+    found = graph_results([plan], events, cuts)[plan]
+    return [(t, seq, item) for part, t, seq, item in found if not part]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -493,7 +236,6 @@ def test_a_session_is_read_once_no_item_on_time_can_extend_it() -> None:
     past it, in its last version; the session of 17, published and then merged into
     it, not at all."""
     from roses_app.algebra.plan import (
-        Aggregate,
         CountWindow,
         Report,
         SessionWindow,

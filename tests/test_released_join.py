@@ -4,8 +4,9 @@ each as a released run reads its operators' results and items
 (:class:`roses_app.algebra.release_fed.SidesRelease`), then joined in time order.
 
 The micro-batch property runs the Spark operator's logic
-(:class:`roses_app.spark.latejoin.ReleasedJoin`) batch after batch, with each side's
-operators cut into the same batches; the replay fixture ``event_time_chained`` runs
+(:class:`roses_app.spark.lategraph.LateGraph`, whose unit
+:class:`roses_app.spark.latejoin.ReleasedJoin` is) batch after batch, with each
+side's operators cut into the same batches; the replay fixture ``event_time_chained`` runs
 both engines end to end (``pairs_and_counts``, ``pairs_with_blog``, ``lonely_pairs``)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import SPARK_EXAMPLES, out_of_order_event_lists, released_join_plans
 from test_differential import assert_engines_agree
-from test_release_settled import released_join_batches
+from test_lategraph import graph_results
 
 from roses_app.algebra.latejoin import LEFT, RIGHT
 from roses_app.algebra.panes import Arrival
@@ -43,7 +44,7 @@ def test_a_join_of_operators_results_cut_into_micro_batches_equals_the_reference
 ) -> None:
     """Whatever the micro-batches: each side's operators' results through their
     clocks, its items through its own release, both sides out once both decided."""
-    found = {row for rows, _, _ in released_join_batches(plan, events, cuts) for row in rows}
+    found = {(t, seq, item) for _, t, seq, item in graph_results([plan], events, cuts)[plan]}
     expected = evaluate_streams([Stream("s", plan)], events)["s"].get("", [])
     assert found == {(e.ts, e.seq, e.item) for e in expected}  # (events: a set)
 
