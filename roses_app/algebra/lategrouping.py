@@ -29,9 +29,9 @@ as the joins of :mod:`roses_app.algebra.latejoin` do.  The rules:
   ``size`` − 1 items before those (the predecessors such an item reduces with).
 
 The reference evaluator computes the same from the whole event list
-(:mod:`roses_app.algebra.reference_grouping`); the Spark operator
-(:mod:`roses_app.spark.lategrouping`) runs :class:`LateGrouping` micro-batch after
-micro-batch: the differential tests compare them.
+(:mod:`roses_app.algebra.reference_grouping`); on Spark the late graph's operator
+(:class:`roses_app.spark.lateunits.GroupingUnit`) runs :class:`LateGrouping`
+micro-batch after micro-batch: the differential tests compare them.
 """
 
 from __future__ import annotations

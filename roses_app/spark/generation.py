@@ -75,5 +75,5 @@ def stateful_frame(
 def frontier_columns(node: Node) -> tuple[str, ...]:
     """A frontier node's columns: an event's, and its publication time when a source
     below reads in publication time (only the operators of
-    :mod:`roses_app.spark.late` read those: ``ts`` stays the ingest time)."""
+    :mod:`roses_app.spark.lategraph` read those: ``ts`` stays the ingest time)."""
     return (*EVENT_COLUMNS, "event") if event_timed(node) else EVENT_COLUMNS

@@ -68,7 +68,7 @@ Row = tuple[int, int, str | None, str]  # ts, seq, item (None: heartbeat), part
 # a source's row: ingest time, seq, item (None: heartbeat), publication time (None:
 # the ingest time)
 SourceRow = tuple[int, int, str | None, int | None]
-Counts = dict[str, int]  # late, unchanged, revised (see JsonStateProcessor.tally)
+Counts = dict[str, int]  # late, unchanged, revised: counted per stream (tally_key)
 
 
 @dataclass
