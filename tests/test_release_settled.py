@@ -271,3 +271,30 @@ def test_a_session_is_read_once_no_item_on_time_can_extend_it() -> None:
     seen = Window(sessions, TimeWindow(100))
     found = evaluate_streams([Stream("s", seen)], events)["s"][""]
     assert {e.item for e in found} == {e.item for e in expected}
+
+
+def test_a_group_over_sessions_closes_them_at_every_time_it_released() -> None:
+    """The run of a group over sessions (gap 1) releases the untagged item at 2 and
+    tells its horizon, 2: the session of the lava item at 1 must be out by then,
+    though no item of the group came at 2 (it once came a batch later, and the run
+    over the results and items, which had taken time 1, dropped it as late)."""
+    from roses_app.algebra.plan import CountWindow, GroupBy, SessionWindow, Source, Union, Window
+    from roses_app.algebra.plan import XQuery as Query
+
+    a = Source("a", "published")
+    titles = Query("<item><title>{ string-join($items/title, '+') }</title></item>")
+    hot = "if (contains(title, 'lava')) then 'hot' else ()"
+    sessions = GroupBy(Window(Window(a, CountWindow(1)), SessionWindow(1)), hot, titles, "s")
+    plan = Window(Union((sessions, a)), CountWindow(1))
+    assert fed_release(plan)
+    item = "<item><title>{}</title></item>"
+    events = [
+        RefInput("a", 1, 1, item.format("lava"), 1),
+        RefInput("a", 1, 2, item.format("volcano"), 2),
+        RefInput("", 3, 3, None),
+        RefInput("a", 4, 4, item.format("volcano"), 4),
+    ]
+    expected = evaluate_streams([Stream("s", plan)], events)["s"][""]
+    assert any("<title>lava</title>" in (e.item or "") and e.seq == 1 for e in expected)
+    for cuts in ([], [3], [4]):
+        assert sorted(chained_results(plan, events, cuts)) == sorted(tuple(e) for e in expected)

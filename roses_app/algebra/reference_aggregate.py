@@ -84,6 +84,7 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     from roses_app.xmlfn.reduce import advance_windows, window_arrivals
 
     found = late_windowed(node)
+    passed: set[int] = set()
     if found is not None:
         below, spec = found
         events, lateness = run(below, ctx), node.lateness
@@ -92,11 +93,13 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
         assert spec is not None and isinstance(node.input, Window)
         events = released_run(node, ctx, stop=node.input.input)
         lateness = RELEASED_LATENESS
+        # every time released passes at the windows (see window_arrivals)
+        passed = {e.ts for e in released_run(node, ctx, stop=late_sequential(node))}
 
     def arrival(e: RefEvent) -> int:
         return ctx.arrival(e.seq) if found is not None else e.ts
 
-    arrivals = window_arrivals(node, events, arrival, ctx.ns)  # type: ignore[arg-type]
+    arrivals = window_arrivals(node, events, arrival, ctx.ns, passed=passed)  # type: ignore[arg-type]
     state = LateWindows(spec, lateness, node.report)
     planned, settled, published = advance_windows(
         state, arrival_groups(arrivals), node.reduce, ctx.ns, node.stream

@@ -77,12 +77,14 @@ class LateGraph:
     units: tuple[Unit, ...]
     sources: tuple[Node, ...]  # by their index in the input rows
     names: tuple[str, ...]  # each unit's state
+    reads: tuple[tuple[tuple[Node, ...], tuple[Node, ...]], ...]  # each unit's
 
     @classmethod
     def of(cls, nodes: Sequence[Node], hooks: Hooks) -> LateGraph:
-        sources = dict.fromkeys(s for node in nodes for s in unit_reads(node)[1])
+        reads = tuple(unit_reads(node) for node in nodes)
+        sources = tuple(dict.fromkeys(s for _, found in reads for s in found))
         names = tuple("n" + node_fingerprint(node) for node in nodes)
-        return cls(tuple(make_unit(node, hooks) for node in nodes), tuple(sources), names)
+        return cls(tuple(make_unit(node, hooks) for node in nodes), sources, names, reads)
 
     def advance(
         self,
@@ -94,8 +96,9 @@ class LateGraph:
         for a unit that read nothing in it (its state stays)."""
         batch = Batch(sources)
         out: list[tuple[list[Row], Any, Counts] | None] = []
-        for unit, state, store in zip(self.units, saved, slices, strict=True):
-            units, found = unit_reads(unit.node)
+        for unit, (units, found), state, store in zip(
+            self.units, self.reads, saved, slices, strict=True
+        ):
             if not any(sources.get(s) for s in found) and not any(
                 batch.results.get(u) for u in units
             ):
@@ -141,8 +144,10 @@ class LateGraphProcessor(StatefulProcessor):
         for state, unit, result in zip(self.states, self.graph.units, done, strict=True):
             if result is not None:
                 save_json(state, result[1])
-                stream = unit.node.origin.stream
-                found.update({tally_key(k, stream): n for k, n in result[2].items() if n})
+                for kind, n in result[2].items():
+                    key = tally_key(kind, unit.node.origin.stream)
+                    found[key] = found.get(key, 0) + n
+        found = {key: n for key, n in found.items() if n}
         if self.tallies is not None and found:
             self.tallies.add(found)
         out = [

@@ -94,9 +94,10 @@ class ReleasedRun:
         ]
         if self.windows is not None:
             state["windows"] = saved.get("windows")
-            if out:
+            if released:
+                passed = sorted({a.time for a in released})
                 found, state["windows"], counts = self.windows.advance(
-                    saved.get("windows"), out, slices
+                    saved.get("windows"), out, slices, passed
                 )
         # the last time released: a run over these results knows what is before it
         # is out (roses_app.algebra.release_fed), and sees the heartbeats released

@@ -30,10 +30,10 @@ from typing import Any, Protocol
 from roses_app.algebra.eventtime import (
     late_grouped,
     late_joined,
+    late_sequential,
     late_windowed,
     released_joined,
 )
-from roses_app.algebra.lategraph import unit_reads
 from roses_app.algebra.lategrouping import LateGrouping
 from roses_app.algebra.latejoin import CLOCK_SEQ, LEFT, RIGHT, LateJoin, join_keyed, join_kind
 from roses_app.algebra.lateness import LATE_PART, Arrival, LateWindows, arrival_groups
@@ -216,22 +216,30 @@ class JoinUnit:
         return rows, join.dump(), {"late": len(planned.late), "revised": revised}
 
 
+# what a reader of units' results reads below it: the branches of operators'
+# results (release_fed.fed_branches), and the branches of items
+Side = tuple[tuple[FedBranch, ...], tuple[Node, ...]]
+
+
+def side_of(below: Node) -> Side:
+    branches, items = side_inputs(below)
+    return tuple(branches), tuple(items)
+
+
 @dataclass(frozen=True)
 class ReleasedJoinUnit:
     """A join of released sides (:class:`~roses_app.spark.latejoin.ReleasedJoin`)."""
 
     node: Join | Semijoin | Diff
+    sides: tuple[Side, Side]
     hooks: Hooks
     sliced: bool = False
 
     def advance(
         self, saved: Any, batch: Batch, slices: SliceMap | None
     ) -> tuple[list[Row], Any, Counts]:
-        sides = released_joined(self.node)
-        assert sides is not None
         left, right = (
-            arrival_groups(fed_arrivals(*side_inputs(below), batch, self.hooks))
-            for below in (sides[0], sides[2])
+            arrival_groups(fed_arrivals(*side, batch, self.hooks)) for side in self.sides
         )
         joined = ReleasedJoin(self.node, self.hooks.namespaces, self.hooks.on_error(self.node))
         rows, state, (late, revised) = joined.advance(saved, left, right)
@@ -240,24 +248,23 @@ class ReleasedJoinUnit:
 
 @dataclass(frozen=True)
 class RunUnit:
-    """A released run (:class:`~roses_app.spark.latesequential.ReleasedRun`)."""
+    """A released run (:class:`~roses_app.spark.latesequential.ReleasedRun`) of items
+    of ``below``, or of what its ``side`` reads."""
 
     node: Node
     run: ReleasedRun
+    below: Node
+    side: Side | None
     hooks: Hooks
     sliced: bool = False
 
     def advance(
         self, saved: Any, batch: Batch, slices: SliceMap | None
     ) -> tuple[list[Row], Any, Counts]:
-        from roses_app.algebra.eventtime import late_sequential
-
-        below = late_sequential(self.node)
-        assert below is not None
-        if self.run.fed:
-            found = fed_arrivals(*side_inputs(below), batch, self.hooks)
+        if self.side is not None:
+            found = fed_arrivals(*self.side, batch, self.hooks)
         else:
-            found = source_arrivals(batch.sources[below])
+            found = source_arrivals(batch.sources[self.below])
         told, _, state, (late, unchanged, revised) = self.run.advance(
             saved or {}, arrival_groups(found), slices
         )
@@ -272,11 +279,15 @@ def make_unit(node: Node, hooks: Hooks) -> Unit:
         return GroupingUnit(node, hooks)  # type: ignore[arg-type]
     if late_joined(node) is not None:
         return JoinUnit(node, hooks)  # type: ignore[arg-type]
-    if released_joined(node) is not None:
-        return ReleasedJoinUnit(node, hooks)  # type: ignore[arg-type]
-    unit_reads(node)  # (asserts it is a released run)
+    sides = released_joined(node)
+    if sides is not None:
+        fed = (side_of(sides[0]), side_of(sides[2]))
+        return ReleasedJoinUnit(node, fed, hooks)  # type: ignore[arg-type]
+    below = late_sequential(node)
+    assert below is not None, f"{node} is not an operator over publication time"
     run = released_run(node, hooks)
-    return RunUnit(node, run, hooks, run.windows is not None and run.windows.sliced)
+    sliced = run.windows is not None and run.windows.sliced
+    return RunUnit(node, run, below, side_of(below) if run.fed else None, hooks, sliced)
 
 
 def fed_arrivals(

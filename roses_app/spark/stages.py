@@ -12,7 +12,7 @@ and computes them as over ingest time, all keys under the run's one key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,15 +204,22 @@ class WindowsStage:
         return not isinstance(self.spec, CountWindow)
 
     def advance(
-        self, saved: Any, events: Sequence[Event], slices: SliceMap | None
+        self,
+        saved: Any,
+        events: Sequence[Event],
+        slices: SliceMap | None,
+        passed: Iterable[int] = (),
     ) -> tuple[list[tuple[int, int, str | None]], Any, tuple[int, int]]:
-        """The results to publish, the state to save, and (unchanged, revised)."""
+        """The results to publish, the state to save, and (unchanged, revised); the
+        times the run released (``passed``) each pass at the windows."""
         from roses_app.xmlfn.reduce import advance_windows, window_arrivals
 
         node = self.node
         windows = LateWindows.load(self.spec, RELEASED_LATENESS, node.report, saved, slices)
         # each released time one arrival
-        arrivals = window_arrivals(node, events, lambda e: e.ts, self.namespaces, self.on_error)
+        arrivals = window_arrivals(
+            node, events, lambda e: e.ts, self.namespaces, self.on_error, passed
+        )
         _, settled, published = advance_windows(
             windows,
             arrival_groups(arrivals),

@@ -9,6 +9,7 @@ from typing import Protocol, TypeVar
 from lxml import etree
 
 from roses_app.algebra import lategrouping
+from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
 from roses_app.algebra.plan import Aggregate, GroupBy, WindowedGrouping, XQuery
 from roses_app.xmlfn.batch import OnError, report, split_batch
@@ -124,15 +125,20 @@ def window_arrivals(
     arrival: Callable[[Timed], int],
     namespaces: Namespaces,
     on_error: OnError | None = None,
+    passed: Iterable[int] = (),
 ) -> list[tuple[int, Arrival]]:
     """(arrival, event) of ``events`` for the windows of ``node``: the heartbeats, and
-    the items with γ's key (an item without one goes to no window of a group).  Both
-    engines call this."""
+    the items with γ's key (an item without one goes to no window of a group); and a
+    heartbeat at each time ``passed`` (a released run's windows: every time released
+    is an arrival, whether the stages before gave an item at it or not, so that the
+    horizon the run tells, its last time released, is what its windows decided).
+    Both engines call this."""
+    out = [(t, Arrival(t, CLOCK_SEQ, None)) for t in passed]
     items = [e for e in events if e.item is not None]
     keys: list[str | None] = [None] * len(items)
     if isinstance(node, GroupBy):
         keys = split_batch(node.by, namespaces, [e.item for e in items], on_error)
-    out = [(arrival(e), Arrival(e.ts, e.seq, None)) for e in events if e.item is None]
+    out += [(arrival(e), Arrival(e.ts, e.seq, None)) for e in events if e.item is None]
     out += [
         (arrival(e), Arrival(e.ts, e.seq, e.item, key))
         for e, key in zip(items, keys, strict=True)
