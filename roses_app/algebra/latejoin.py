@@ -258,19 +258,26 @@ class LateJoin:
 
     def _meet(self, arrival: Arrival, keys: tuple[str, ...]) -> list[tuple[Arrival, Arrival]]:
         once = not self.both  # one partner tells all
+        # the times a partner may have (an item is in a window at t up to its reach
+        # before t): a cheap test first, as a large micro-batch keeps many items
+        t, left, right = arrival.time, reach(self.left), reach(self.right)
         if arrival.key == LEFT:
             if once and self._ident(arrival) in self.matched:
                 return []
+            low, high = t - right, t + (left if self.both else 0)
             return [
                 (arrival, other)
                 for other in self._others(RIGHT, keys)
-                if pairs_at(self.left, self.right, arrival.time, other.time, self.both)
+                if low <= other.time <= high
+                and pairs_at(self.left, self.right, t, other.time, self.both)
             ]
+        low, high = t - (left if self.both else 0), t + right
         return [
             (other, arrival)
             for other in self._others(LEFT, keys)
-            if not (once and self._ident(other) in self.matched)
-            and pairs_at(self.left, self.right, other.time, arrival.time, self.both)
+            if low <= other.time <= high
+            and not (once and self._ident(other) in self.matched)
+            and pairs_at(self.left, self.right, other.time, t, self.both)
         ]
 
     def found(self, pairs: Iterable[tuple[Arrival, Arrival]]) -> list[Arrival]:
