@@ -14,9 +14,11 @@ no Python pass), as is a stream whose tail reads a window that publishes its lat
 items (``late: publish``: those rows carry a part of their own, which a fused program
 does not take).
 
-Only stateless operators fan out this way: a stateful node read by another stateful
-node is still computed in that node's branch too (``operator_count``), since Spark
-gives a stateful operator one input.
+Only stateless operators fan out this way: over ingest time a stateful node read by
+another stateful node is still computed in that node's branch too
+(``operator_count``), since Spark gives a stateful operator one input.  Over
+publication time the operators that read one another run in one operator, each once
+(:mod:`roses_app.algebra.lategraph`).
 """
 
 from __future__ import annotations

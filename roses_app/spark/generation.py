@@ -4,7 +4,10 @@ Each frontier node is read from the log (its rows under its key); every other no
 lowered once (:mod:`roses_app.spark.lower`).  The heads of the streams' stateless
 tails are computed once each and the tails run in one fused pass over them
 (:mod:`roses_app.algebra.tails`); the streams left out of that are lowered on their
-own.  All of it is one frame, so one query.
+own.  The operators over publication time among the heads and those streams' roots
+run in the late graph's operators (:mod:`roses_app.spark.lategraph`), whose rows go
+through the fused pass too (a stream's own pass as they are).  All of it is one
+frame, so one query.
 """
 
 from __future__ import annotations
