@@ -123,6 +123,20 @@ def keyed(arrivals: list[tuple[int, Arrival]], key: str) -> list[tuple[int, Arri
     return [(t, replace(a, key=key)) for t, a in arrivals]
 
 
+def told(
+    found: list[Row],
+    planned: Any,
+    settled: Any,
+    published: Sequence[tuple[Any, str]],
+    horizon: int | None,
+) -> tuple[list[Row], Counts]:
+    """The rows of a windowed operator (``found``, the heartbeats on time, the
+    ``horizon``) and its counts: items too late, results unchanged, revisions."""
+    revised = sum(1 for e, _ in published if e.revision)
+    counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
+    return with_clock(found, planned.heartbeats, horizon), counts
+
+
 @dataclass(frozen=True)
 class WindowsUnit:
     """α or γ over the windows :mod:`roses_app.algebra.lateness` runs."""
@@ -140,20 +154,19 @@ class WindowsUnit:
         found = late_windowed(node)
         assert found is not None and slices is not None
         below, spec = found
-        rows = batch.sources[below]
-        keys = item_keys(node.by, rows, hooks, node) if isinstance(node, GroupBy) else None
+        items = batch.sources[below]
+        keys = item_keys(node.by, items, hooks, node) if isinstance(node, GroupBy) else None
         windows = LateWindows.load(spec, node.lateness, node.report, saved, slices)
-        groups = arrival_groups(source_arrivals(rows, keys))
+        groups = arrival_groups(source_arrivals(items, keys))
         planned, settled, published = advance_windows(
             windows, groups, node.reduce, hooks.namespaces, node.stream, hooks.on_error(node)
         )
-        revised = sum(1 for e, _ in published if e.revision)
         found_rows: list[Row] = [(e.ts, e.seq, item, "") for e, item in published]
         if node.late == "publish":
             found_rows += [(a.time, a.seq, a.item or "", LATE_PART) for a in planned.late]
-        out = with_clock(found_rows, planned.heartbeats, fed_horizon(node, windows.clock))
-        counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
-        return out, windows.dump(), counts
+        horizon = fed_horizon(node, windows.clock)
+        rows, counts = told(found_rows, planned, settled, published, horizon)
+        return rows, windows.dump(), counts
 
 
 @dataclass(frozen=True)
@@ -172,17 +185,16 @@ class GroupingUnit:
         node, hooks = self.node, self.hooks
         below = late_grouped(node)
         assert below is not None
-        rows = batch.sources[below]
+        items = batch.sources[below]
         grouping = LateGrouping.load(node.size, node.lateness, node.optimistic, saved)
-        groups = arrival_groups(source_arrivals(rows, item_keys(node.by, rows, hooks, node)))
+        groups = arrival_groups(source_arrivals(items, item_keys(node.by, items, hooks, node)))
         planned, settled, published = advance_grouping(
             grouping, groups, node, hooks.namespaces, hooks.on_error(node)
         )
-        revised = sum(1 for e, _ in published if e.revision)
         found: list[Row] = [(e.time, e.at, item, "") for e, item in published]
-        out = with_clock(found, planned.heartbeats, fed_horizon(node, grouping.clock))
-        counts = {"late": len(planned.late), "unchanged": settled.unchanged, "revised": revised}
-        return out, grouping.dump(), counts
+        horizon = fed_horizon(node, grouping.clock)
+        rows, counts = told(found, planned, settled, published, horizon)
+        return rows, grouping.dump(), counts
 
 
 @dataclass(frozen=True)
