@@ -3,8 +3,11 @@
 
 Generates N items (default 100,000) over two sources, then times both engines on the
 same event file in one run, for a filter + split configuration (XPath) and a filter +
-XQuery mutator one, and prints items/s and the ratio.  Figures depend on the
-machine (2 cores here); run it twice and quote the second run.
+XQuery mutator one, and prints items/s and the ratio: a first pass (Spark's JVM and
+Python workers warmed on 2,000 items only, as a `roses replay` of a large file
+meets them), then --again more passes in the same process (the best is shown: the
+JVM's JIT has compiled its hot paths, as in a daemon that has run a while).  Figures
+depend on the machine (2 cores here); run it twice and quote the second run.
 
     .venv/bin/python scripts/bench_replay.py [--items 100000]
 """
@@ -65,6 +68,7 @@ def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--only", choices=sorted(CONFIGS), help="run one configuration")
+    parser.add_argument("--again", type=int, default=2, help="passes after the first")
     args = parser.parse_args()
 
     from roses_app.config import load_config
@@ -90,22 +94,25 @@ def main() -> None:
         replay(config, warm, folder / "out-warm-up", "spark")  # JIT and Python workers
         elapsed = time.perf_counter() - started
         print(f"== {name}: Spark ready and warm in {elapsed:.1f}s (not counted)")
-        rates: dict[str, float] = {}
+        rates: dict[tuple[str, str], float] = {}
         for engine in ("reference", "spark"):
-            started = time.perf_counter()
-            replay(config, events, folder / f"out-{engine}", engine)
-            elapsed = time.perf_counter() - started
-            rates[engine] = args.items / elapsed
-            print(
-                f"{engine:>9}: {args.items} items in {elapsed:6.1f}s = {rates[engine]:8.0f} items/s"
-            )
+            for when in ("first", *["again"] * args.again):
+                started = time.perf_counter()
+                replay(config, events, folder / f"out-{engine}", engine)
+                elapsed = time.perf_counter() - started
+                rate = args.items / elapsed
+                rates[engine, when] = max(rate, rates.get((engine, when), 0.0))
+                line = f"{args.items} items in {elapsed:6.1f}s = {rate:8.0f} items/s"
+                print(f"{engine:>9} {when:>5}: {line}")
         same = all(
             (folder / "out-reference" / p.relative_to(folder / "out-spark")).read_bytes()
             == p.read_bytes()
             for p in (folder / "out-spark").rglob("*.jsonl")
         )
-        ratio = rates["spark"] / rates["reference"]
-        print(f"spark / reference: {ratio:.2f}x; identical outputs: {same}")
+        for when in ("first", "again") if args.again else ("first",):
+            ratio = rates["spark", when] / rates["reference", when]
+            print(f"spark / reference ({when}{', best' if when == 'again' else ''}): {ratio:.2f}x")
+        print(f"identical outputs: {same}")
 
 
 if __name__ == "__main__":
