@@ -72,7 +72,7 @@ def graph_results(
         stores: list[SliceMap | None] = [MemorySlices() if u.sliced else None for u in graph.units]
         for batch in range(len(cuts) + 1):
             sources = {node: batches[node].get(batch, []) for node in graph.sources}
-            for index, done in enumerate(graph.advance(saved, sources, stores)):
+            for index, done in enumerate(graph.advance(saved.__getitem__, sources, stores)):
                 if done is None:
                     continue
                 text = orjson.dumps(done[1], option=orjson.OPT_NON_STR_KEYS)

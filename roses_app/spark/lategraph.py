@@ -88,23 +88,24 @@ class LateGraph:
 
     def advance(
         self,
-        saved: Sequence[Any],
+        saved: Callable[[int], Any],
         sources: Mapping[Node, Sequence[SourceRow]],
         slices: Sequence[SliceMap | None],
     ) -> list[tuple[list[Row], Any, Counts] | None]:
-        """Each unit's rows, state to save and counts after this micro-batch; None
-        for a unit that read nothing in it (its state stays)."""
+        """Each unit's rows, state to save and counts after this micro-batch (its
+        state read by ``saved``, its index given); None for a unit that read nothing
+        in it (its state stays, unread)."""
         batch = Batch(sources)
         out: list[tuple[list[Row], Any, Counts] | None] = []
-        for unit, (units, found), state, store in zip(
-            self.units, self.reads, saved, slices, strict=True
+        for index, (unit, (units, found), store) in enumerate(
+            zip(self.units, self.reads, slices, strict=True)
         ):
             if not any(sources.get(s) for s in found) and not any(
                 batch.results.get(u) for u in units
             ):
                 out.append(None)
                 continue
-            done = unit.advance(state, batch, store)
+            done = unit.advance(saved(index), batch, store)
             batch.results[unit.node] = done[0]
             out.append(done)
         return out
@@ -138,8 +139,7 @@ class LateGraphProcessor(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         sources = read_sources(rows, self.graph.sources)
-        saved = [load_json(state) for state in self.states]
-        done = self.graph.advance(saved, sources, self.slices)
+        done = self.graph.advance(lambda n: load_json(self.states[n]), sources, self.slices)
         found: dict[str, int] = {}
         for state, unit, result in zip(self.states, self.graph.units, done, strict=True):
             if result is not None:
