@@ -254,6 +254,8 @@ class LateJoin:
         if not self.keyed:
             return kept
         index = self._side_index(side)
+        if len(keys) == 1:  # (most items: one category, one link) already in order
+            return [kept[n] for n in index.get(keys[0], ())]
         return [kept[n] for n in sorted({n for key in keys for n in index.get(key, ())})]
 
     def _meet(self, arrival: Arrival, keys: tuple[str, ...]) -> list[tuple[Arrival, Arrival]]:
