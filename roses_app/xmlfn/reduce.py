@@ -4,11 +4,12 @@ publish it (the XQuery reducer, then the window's guid and bounds)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from lxml import etree
 
 from roses_app.algebra import lategrouping
+from roses_app.algebra.delta import Stamped
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
 from roses_app.algebra.plan import Aggregate, GroupBy, WindowedGrouping, XQuery
@@ -108,21 +109,10 @@ def stamped(
         return None
 
 
-class Timed(Protocol):
-    """An event of either engine: a time, a seq, an item (None: a heartbeat)."""
-
-    @property
-    def ts(self) -> int: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def item(self) -> str | None: ...
-
-
 def window_arrivals(
     node: Aggregate | GroupBy,
-    events: Sequence[Timed],
-    arrival: Callable[[Timed], int],
+    events: Sequence[Stamped],
+    arrival: Callable[[Stamped], int],
     namespaces: Namespaces,
     on_error: OnError | None = None,
     passed: Iterable[int] = (),
