@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchlib import argument_parser, fmt, work_folder
+from benchlib import argument_parser, baseline_worktree, fmt, work_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 S = 1_000_000  # µs
@@ -241,21 +241,9 @@ def main() -> None:
     with work_folder("roses-late-graph-", args.keep) as work:
         events = work / "events.jsonl"
         write_events(events, args.items, args.seed)
-        baseline = work / "baseline"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
-            check=True,
-            capture_output=True,
-        )
-        try:
+        with baseline_worktree(ROOT, args.baseline, work / "baseline") as baseline:
             trees = {"this": ROOT, "baseline": baseline}
             rows = [bench_readers(trees, work, events, n, args.repeat) for n in counts]
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)],
-                check=True,
-                capture_output=True,
-            )
     print_table(rows, args.items, args.repeat, args.baseline)
 
 

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import argument_parser
+from benchlib import argument_parser, baseline_worktree
 from scale_workload import (
     config_text,
     generate_items,
@@ -107,13 +107,7 @@ def main() -> None:
         config.write_text(config_text(subs, work / "feeds", spark_settings(work / "d", "local[2]")))
         events = work / "events.jsonl"
         write_events(generate_items(args.items, args.seed), events)
-        baseline = work / "baseline"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
-            check=True,
-            capture_output=True,
-        )
-        try:
+        with baseline_worktree(ROOT, args.baseline, work / "baseline") as baseline:
             trees = {"this tree": ROOT, f"baseline {args.baseline}": baseline}
             best: dict[str, dict[str, float]] = {}
             for _ in range(args.repeat):
@@ -124,12 +118,6 @@ def main() -> None:
                         mine[step] = min(mine[step], got[step])
                     if got["rows"] != mine["rows"]:
                         raise SystemExit(f"{name}: the first batch's rows changed between runs")
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)],
-                check=True,
-                capture_output=True,
-            )
     names = list(best)
     print(
         f"{args.subs:,} subscriptions + 1 split, a first batch of {args.items:,} items, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -46,6 +47,18 @@ def work_folder(prefix: str, keep: bool, folder: str | None = None) -> Iterator[
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def baseline_worktree(repo: Path, commit: str, folder: Path) -> Iterator[Path]:
+    """``commit`` of ``repo`` checked out in a git worktree at ``folder`` (to run a
+    baseline beside this tree), removed at the end of the block."""
+    git = ["git", "-C", str(repo), "worktree"]
+    subprocess.run([*git, "add", "--detach", str(folder), commit], check=True, capture_output=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run([*git, "remove", "--force", str(folder)], check=True, capture_output=True)
 
 
 def fmt(value: float | None, spec: str = "") -> str:
