@@ -21,7 +21,14 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_time import ALL_DECIDED, Group, released_run, time_groups
+from roses_app.algebra.reference_time import (
+    ALL_DECIDED,
+    Group,
+    released_events,
+    released_run,
+    run_chain,
+    time_groups,
+)
 from roses_app.algebra.windows import closed_windows, periodic_input
 
 
@@ -91,10 +98,10 @@ def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
     else:
         spec = released_windows(node)  # type: ignore[assignment]
         assert spec is not None and isinstance(node.input, Window)
-        events = released_run(node, ctx, stop=node.input.input)
+        out = released_events(node, ctx)
+        events = run_chain(node, out, ctx, stop=node.input.input)
         lateness = RELEASED_LATENESS
-        # every time released passes at the windows (see window_arrivals)
-        passed = {e.ts for e in released_run(node, ctx, stop=late_sequential(node))}
+        passed = {e.ts for e in out}  # each passes at the windows (see window_arrivals)
 
     def arrival(e: RefEvent) -> int:
         return ctx.arrival(e.seq) if found is not None else e.ts

@@ -298,9 +298,14 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
     (:func:`~roses_app.algebra.reference_release.fed_released`), through each operator
     as over ingest time, every time decided and heartbeats passed on (as the Spark
     stages do)."""
+    return run_chain(top, released_events(top, ctx), ctx, stop)
+
+
+def released_events(top: Node, ctx: Context) -> list[RefEvent]:
+    """What the release of the run ``top`` ends gives out (see :func:`released_run`),
+    every time it releases; records what a run over its results knows is decided."""
     below = late_sequential(top)
     assert below is not None
-    stop = top if stop is None else stop
     lateness = release_lateness(top, ctx.lateness)
     if fed_release(top):
         events = fed_released(below, ctx, top, lateness)
@@ -309,7 +314,16 @@ def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefE
     # what a run over this one's results knows is decided, and sees pass
     last = max((e.ts for e in events), default=None)
     ctx.settled[top] = (last, heartbeats(events))
-    if stop is below:
+    return events
+
+
+def run_chain(
+    top: Node, events: list[RefEvent], ctx: Context, stop: Node | None = None
+) -> list[RefEvent]:
+    """``events`` (:func:`released_events`) through the operators of ``top``'s run up
+    to ``stop`` (default ``top``; the plan below: none)."""
+    stop = top if stop is None else stop
+    if stop is late_sequential(top):
         return events
     for node in released_chain(top):
         if isinstance(node, Window):
