@@ -24,7 +24,7 @@ each branch's horizon under its own seq, not the items published as late.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from roses_app.algebra.eventtime import (
@@ -97,15 +97,21 @@ class Unit(Protocol):
 
 
 def source_arrivals(
-    rows: Sequence[SourceRow], keys: Sequence[str | None] | None = None
+    rows: Sequence[SourceRow], keys: Sequence[str | None] | None = None, tag: str | None = None
 ) -> list[tuple[int, Arrival]]:
-    """(ingest time, arrival) of a source's rows, each with its key; with ``keys``
-    (one per item, in order: γ's, a grouping's), an item without one goes nowhere."""
+    """(ingest time, arrival) of a source's rows, each with its key: with ``keys``
+    (one per item, in order: γ's, a grouping's), an item without one goes nowhere;
+    else ``tag`` (a join's side, ITEMS), heartbeats included."""
+    if keys is None:
+        return [
+            (ts, Arrival(ts if event is None else event, seq, item, tag))
+            for ts, seq, item, event in rows
+        ]
     out: list[tuple[int, Arrival]] = []
-    found = iter(keys) if keys is not None else None
+    found = iter(keys)
     for ts, seq, item, event in rows:
-        key = None if found is None or item is None else next(found)
-        if found is not None and item is not None and key is None:
+        key = None if item is None else next(found)
+        if item is not None and key is None:
             continue
         out.append((ts, Arrival(ts if event is None else event, seq, item, key)))
     return out
@@ -117,10 +123,6 @@ def item_keys(expr: str, rows: Sequence[SourceRow], hooks: Hooks, node: Node) ->
 
     items = [item for _, _, item, _ in rows if item is not None]
     return split_batch(expr, hooks.namespaces, items, on_error=hooks.on_error(node))
-
-
-def keyed(arrivals: list[tuple[int, Arrival]], key: str) -> list[tuple[int, Arrival]]:
-    return [(t, replace(a, key=key)) for t, a in arrivals]
 
 
 def told(
@@ -213,8 +215,8 @@ class JoinUnit:
         node, hooks = self.node, self.hooks
         sides = late_joined(node)
         assert sides is not None
-        arrivals = keyed(source_arrivals(batch.sources[sides[0]]), LEFT)
-        arrivals += keyed(source_arrivals(batch.sources[sides[2]]), RIGHT)
+        arrivals = source_arrivals(batch.sources[sides[0]], tag=LEFT)
+        arrivals += source_arrivals(batch.sources[sides[2]], tag=RIGHT)
         kind, on_keys = join_kind(node), join_keyed(node)
         join = LateJoin.load(
             sides[1], sides[3], node.lateness, kind, saved, optimistic(node), on_keys
@@ -321,7 +323,7 @@ def fed_arrivals(
             told = item is None and seq == CLOCK_SEQ
             out.append((ts, Arrival(ts, mark_seq(index) if told else seq, item, key)))
     for node in items:
-        out += keyed(source_arrivals(batch.sources[node]), ITEMS)
+        out += source_arrivals(batch.sources[node], tag=ITEMS)
     return out
 
 
