@@ -326,7 +326,9 @@ def stateless_handler(
                     readers, batch_id, frontier, latest_ts, latest_seq, epoch
                 )
             engine.sink.write_batch(STATELESS_QUERY, batch_id, rows, latest_seq or None)
-        return len(rows)
+            written = len(rows)
+            del rows, frontier  # freed while the collector is off: no collection walks them
+        return written
 
     return handle
 
