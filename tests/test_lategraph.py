@@ -160,6 +160,21 @@ def test_a_unit_read_by_several_is_one_unit(tmp_path: Path) -> None:
     assert unit_reads(plans[3])[0] == ()  # the semijoin shares nothing with them
 
 
+def test_only_a_generation_whose_operators_all_run_in_the_late_graph_is_under_one_key(
+    tmp_path: Path,
+) -> None:
+    from roses_app.config import parse_config
+    from roses_app.spark.generation import under_one_key
+
+    assert under_one_key(config_streams(tmp_path), ())
+    # the same operators over ingest time
+    ingest = CONFIG.replace(", time: published}", "}").replace("lateness: 10us", "")
+    config = parse_config(ingest, tmp_path / "feeds.yaml")
+    streams = [s.stream for s in config.streams.values()]
+    assert not under_one_key(streams, ())  # Spark's own joins and windows, keyed
+    assert not under_one_key([*config_streams(tmp_path), streams[0]], ())
+
+
 @pytest.mark.spark
 def test_spark_runs_a_join_read_by_several_streams_once(tmp_path: Path, spark: Any) -> None:
     """The join (once, though two runs read it), the two runs and the semijoin
@@ -186,7 +201,12 @@ def test_spark_runs_a_join_read_by_several_streams_once(tmp_path: Path, spark: A
     running = _run(spark, tmp_path, streams, sink)
     stateful = [r for r in running if r.name != "stateless"]
     assert len(stateful) == 1
-    assert len(stateful[0].query.lastProgress["stateOperators"]) == 1
+    operators = stateful[0].query.lastProgress["stateOperators"]
+    assert len(operators) == 1
+    # one key: one partition (a second would only commit an empty state store); the
+    # session's own setting stays for the queries started after
+    assert operators[0]["numShufflePartitions"] == 1
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
     expected = evaluate_streams(streams, events)
     assert all(expected[s.name][""] for s in streams)  # each publishes something
     got = {name: {p: sorted(e) for p, e in parts.items()} for name, parts in sink.collected.items()}

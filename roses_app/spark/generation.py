@@ -26,7 +26,13 @@ from roses_app.algebra.tails import plan_tails
 from roses_app.spark.fused import TAIL_INPUT, no_stream, tail_frame
 from roses_app.spark.lategraph import late_graph_frame
 from roses_app.spark.lower import LowerContext, compile_stream, heartbeat, lower
-from roses_app.spark.registry import EVENT_COLUMNS, OUTPUT_COLUMNS, above_watermark, union_all
+from roses_app.spark.registry import (
+    EVENT_COLUMNS,
+    OUTPUT_COLUMNS,
+    Namespaces,
+    above_watermark,
+    union_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,14 @@ def stateful_frame(
         frames.append(late_rows.select(*OUTPUT_COLUMNS))
     log.debug("query %s: %s", name, tails.describe())
     return union_all(frames)
+
+
+def under_one_key(streams: Sequence[Stream], namespaces: Namespaces) -> bool:
+    """Whether every stateful operator of ``streams`` is in the late graph, whose one
+    operator runs under one constant key (:mod:`roses_app.spark.lategraph`)."""
+    tails = plan_tails(streams, GlobalPlan.of(streams).id_of, namespaces)
+    heads = [head for head, _ in tails.heads] + [s.plan for s in tails.direct]
+    return all(late_unit(head) for head in heads)
 
 
 def frontier_columns(node: Node) -> tuple[str, ...]:

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -39,7 +41,7 @@ from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.frontier import FrontierLog, FrontierRow
 from roses_app.spark.fused import fused_frame
-from roses_app.spark.generation import stateful_frame
+from roses_app.spark.generation import stateful_frame, under_one_key
 from roses_app.spark.layout import (
     STATELESS_QUERY,
     Generation,
@@ -146,7 +148,11 @@ class Engine:
     def frontier(self) -> FrontierLog:
         return FrontierLog(self.data / "frontier")
 
-    def launch(self, qid: str, frame: DataFrame, handle: BatchHandler) -> StreamingQuery:
+    def launch(
+        self, qid: str, frame: DataFrame, handle: BatchHandler, partitions: int | None = None
+    ) -> StreamingQuery:
+        """Start the query (with ``partitions``: that many shuffle partitions instead of
+        the session's, when it has no checkpoint yet; a checkpoint keeps its own)."""
         writer = (
             frame.writeStream.queryName(qid.replace("-", "_"))
             .option("checkpointLocation", str(self.checkpoints / qid))
@@ -156,7 +162,8 @@ class Engine:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
-        return writer.start()
+        with shuffle_partitions(self.spark, partitions):
+            return writer.start()
 
     def timed(self, qid: str, handle: BatchHandler) -> Callable[[DataFrame, int], None]:
         """``handle``, telling ``on_batch`` the rows it wrote and the time it took (the
@@ -172,12 +179,40 @@ class Engine:
         return run
 
     def start(
-        self, name: str, streams: frozenset[str], frame: DataFrame, handle: BatchHandler
+        self,
+        name: str,
+        streams: frozenset[str],
+        frame: DataFrame,
+        handle: BatchHandler,
+        partitions: int | None = None,
     ) -> RunningQuery:
         def launch() -> StreamingQuery:
-            return self.launch(name, frame, handle)
+            return self.launch(name, frame, handle, partitions)
 
         return RunningQuery(name, streams, launch(), launch)
+
+
+_conf_lock = threading.Lock()
+
+
+@contextmanager
+def shuffle_partitions(spark: SparkSession, partitions: int | None) -> Iterator[None]:
+    """The session's shuffle partitions set to ``partitions`` (None: left alone) while
+    a query starts: the query takes a copy of the session's settings as it starts."""
+    if partitions is None:
+        yield
+        return
+    key = "spark.sql.shuffle.partitions"
+    with _conf_lock:
+        before = spark.conf.get(key)
+        spark.conf.set(key, str(partitions))
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
 
 
 def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
@@ -384,7 +419,10 @@ def backfill_generation(engine: Engine, layout: Layout, generation: Generation) 
 def start_generation(engine: Engine, generation: Generation) -> RunningQuery:
     frame = generation_frame(engine, generation)
     handle = output_handler(engine, generation)
-    return engine.start(generation.id, generation.live, frame, handle)
+    # all under one key: one partition (the others would hold nothing, yet each costs a
+    # state store commit and a Python worker in every micro-batch)
+    partitions = 1 if under_one_key(generation.streams, engine.namespaces) else None
+    return engine.start(generation.id, generation.live, frame, handle, partitions)
 
 
 def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
