@@ -198,12 +198,13 @@ _conf_lock = threading.Lock()
 @contextmanager
 def shuffle_partitions(spark: SparkSession, partitions: int | None) -> Iterator[None]:
     """The session's shuffle partitions set to ``partitions`` (None: left alone) while
-    a query starts: the query takes a copy of the session's settings as it starts."""
-    if partitions is None:
-        yield
-        return
+    a query starts: the query takes a copy of the session's settings as it starts.
+    Every start holds the lock, so none starts while another's setting is in place."""
     key = "spark.sql.shuffle.partitions"
     with _conf_lock:
+        if partitions is None:
+            yield
+            return
         before = spark.conf.get(key)
         spark.conf.set(key, str(partitions))
         try:
