@@ -27,7 +27,7 @@ from strategies import (
     released_join_plans,
 )
 
-from roses_app.algebra.lategraph import late_graph, late_unit, unit_reads
+from roses_app.algebra.lategraph import components, late_graph, late_unit, unit_reads
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.algebra.release_fed import fed_release
@@ -65,21 +65,21 @@ def graph_results(
     """What each of ``roots`` publishes when the late graph runs micro-batch after
     micro-batch, as the Spark processor runs it (state through orjson)."""
     out: dict[Node, list[Out]] = {root: [] for root in roots}
-    nodes = late_graph(roots)
-    graph = LateGraph.of(nodes, Hooks())
-    batches = source_batches(list(graph.sources), events, cuts)
-    saved: list[Any] = [None] * len(nodes)
-    stores: list[SliceMap | None] = [MemorySlices() if u.sliced else None for u in graph.units]
-    for batch in range(len(cuts) + 1):
-        sources = {node: batches[node].get(batch, []) for node in graph.sources}
-        for index, done in enumerate(graph.advance(saved.__getitem__, sources, stores)):
-            if done is None:
-                continue
-            text = orjson.dumps(done[1], option=orjson.OPT_NON_STR_KEYS)
-            saved[index] = orjson.loads(text)
-            node = graph.units[index].node
-            if node in out:
-                out[node] += [(p, t, s, i) for t, s, i, p in done[0] if i is not None]
+    for nodes in components(late_graph(roots)):
+        graph = LateGraph.of(nodes, Hooks())
+        batches = source_batches(list(graph.sources), events, cuts)
+        saved: list[Any] = [None] * len(nodes)
+        stores: list[SliceMap | None] = [MemorySlices() if u.sliced else None for u in graph.units]
+        for batch in range(len(cuts) + 1):
+            sources = {node: batches[node].get(batch, []) for node in graph.sources}
+            for index, done in enumerate(graph.advance(saved.__getitem__, sources, stores)):
+                if done is None:
+                    continue
+                text = orjson.dumps(done[1], option=orjson.OPT_NON_STR_KEYS)
+                saved[index] = orjson.loads(text)
+                node = graph.units[index].node
+                if node in out:
+                    out[node] += [(p, t, s, i) for t, s, i, p in done[0] if i is not None]
     return out
 
 
@@ -150,14 +150,15 @@ def config_streams(tmp_path: Path) -> list[Stream]:
     return [s.stream for s in config.streams.values()]
 
 
-def test_a_unit_read_by_several_is_one_unit(tmp_path: Path) -> None:
-    """Equal operators are one unit, whatever stream wrote them."""
+def test_a_unit_read_by_several_is_one_unit_and_each_group_apart(tmp_path: Path) -> None:
+    """Equal operators are one unit, whatever stream wrote them; units that share
+    nothing are separate groups (Spark runs those side by side)."""
     plans = [s.plan for s in config_streams(tmp_path)]
     assert all(late_unit(p) for p in plans)
     units = late_graph(plans)
     assert len(units) == 4  # the join once, though three streams read it
+    assert sorted(len(g) for g in components(units)) == [1, 3]
     assert all(unit_reads(p)[0] == (plans[0],) for p in plans[1:3])
-    assert unit_reads(plans[3])[0] == ()  # the semijoin shares nothing with them
 
 
 def test_only_a_generation_whose_operators_all_run_in_the_late_graph_is_under_one_key(
@@ -177,8 +178,8 @@ def test_only_a_generation_whose_operators_all_run_in_the_late_graph_is_under_on
 
 @pytest.mark.spark
 def test_spark_runs_a_join_read_by_several_streams_once(tmp_path: Path, spark: Any) -> None:
-    """The join (once, though two runs read it), the two runs and the semijoin
-    (which shares nothing with them) in one stateful operator; the results are the
+    """The join and the two runs over it in one stateful operator, the semijoin in
+    another (before, three joins ran: one per stream reading it); the results are the
     reference engine's."""
     from test_globalplan import _run, write_spool
 
@@ -202,10 +203,10 @@ def test_spark_runs_a_join_read_by_several_streams_once(tmp_path: Path, spark: A
     stateful = [r for r in running if r.name != "stateless"]
     assert len(stateful) == 1
     operators = stateful[0].query.lastProgress["stateOperators"]
-    assert len(operators) == 1
-    # one key: one partition (a second would only commit an empty state store); the
-    # session's own setting stays for the queries started after
-    assert operators[0]["numShufflePartitions"] == 1
+    assert len(operators) == 2
+    # each under one key: one partition (a second would only commit an empty state
+    # store); the session's own setting stays for the queries started after
+    assert {op["numShufflePartitions"] for op in operators} == {1}
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
     expected = evaluate_streams(streams, events)
     assert all(expected[s.name][""] for s in streams)  # each publishes something

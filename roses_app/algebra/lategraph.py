@@ -7,9 +7,8 @@ late join or grouping, a released run, a join of released sides) already runs un
 one constant key, since its clock is the latest time seen of every item, so nothing
 is lost by running the units that read one another in one operator: each is computed
 once per micro-batch, in topological order, and its results go to the units reading
-them and out.  Units that share nothing run in that operator too: under one key,
-apart they would gain little parallelism and each cost its own planning, state store
-commit and Python worker.
+them and out.  Units that share nothing stay apart (:func:`components`), so Spark
+still runs those side by side.
 
 What each unit reads is either another unit's results or *sources*: the stateless
 plans below it, whose rows the frontier log holds (see
@@ -18,7 +17,7 @@ plans below it, whose rows the frontier log holds (see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from roses_app.algebra.eventtime import (
     fed_items,
@@ -87,6 +86,26 @@ def late_graph(roots: Iterable[Node]) -> list[Node]:
     for root in roots:
         visit(root)
     return order
+
+
+def components(units: Sequence[Node]) -> list[list[Node]]:
+    """``units`` (a :func:`late_graph`) in groups of those that read one another,
+    each group in the order of ``units``."""
+    index = {unit: n for n, unit in enumerate(units)}
+    parent = list(range(len(units)))
+
+    def find(n: int) -> int:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for unit in units:
+        for below in unit_reads(unit)[0]:
+            parent[find(index[below])] = find(index[unit])
+    out: dict[int, list[Node]] = {}
+    for n, unit in enumerate(units):
+        out.setdefault(find(n), []).append(unit)
+    return list(out.values())
 
 
 def unit_parts(unit: Node) -> set[Node]:

@@ -82,8 +82,8 @@ def stateful_frame(
 
 
 def under_one_key(streams: Sequence[Stream], namespaces: Namespaces) -> bool:
-    """Whether every stateful operator of ``streams`` is in the late graph, whose one
-    operator runs under one constant key (:mod:`roses_app.spark.lategraph`)."""
+    """Whether every stateful operator of ``streams`` is one of the late graph's, each
+    of which runs under one constant key (:mod:`roses_app.spark.lategraph`)."""
     tails = plan_tails(streams, GlobalPlan.of(streams).id_of, namespaces)
     heads = [head for head, _ in tails.heads] + [s.plan for s in tails.direct]
     return all(late_unit(head) for head in heads)

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.stateful_processor import TimerValues, ValueState
 
 from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.globalplan import node_fingerprint
-from roses_app.algebra.lategraph import late_graph, late_unit, unit_reads
+from roses_app.algebra.lategraph import components, late_graph, late_unit, unit_reads
 from roses_app.algebra.lateness import tally_key
 from roses_app.algebra.plan import (
     Aggregate,
@@ -70,7 +70,7 @@ Target = tuple[int, str | None, str | None]
 
 @dataclass(frozen=True)
 class LateGraph:
-    """The units of a query (:func:`~roses_app.algebra.lategraph.late_graph`), those
+    """A group of units (:func:`~roses_app.algebra.lategraph.components`), the units
     each reads before it, with one micro-batch (the processor and the tests drive
     it)."""
 
@@ -195,31 +195,32 @@ def late_graph_frame(
     targets: Sequence[tuple[Node, str | None, str | None]], ctx: LowerContext
 ) -> DataFrame:
     """The items of the units ``targets`` name, each with what reads it (a head's
-    key, a stream): columns ``source, stream, part, ts, seq, item``.  All the units
-    run in one operator, even those that share nothing: they all run under one key,
-    so two operators would gain little parallelism, and each Python stateful operator
-    costs about a second to plan when its query starts and a state store commit and
-    a Python worker in every micro-batch (the ``event_time_chained`` fixture: 5.2 s
-    of planning with four, 1.7 s with one; 1.4 s per later micro-batch, 0.8 s)."""
-    nodes = late_graph(dict.fromkeys(node for node, _, _ in targets))
-    graph = LateGraph.of(nodes, ctx.hooks)
-    mine = tuple((nodes.index(n), key, s) for n, key, s in targets)
-    inputs = [
-        timed_input(nodes[0], below, ctx).select(
-            F.lit(index).alias("src"), "ts", "seq", "item", "event"
+    key, a stream): columns ``source, stream, part, ts, seq, item``."""
+    roots = dict.fromkeys(node for node, _, _ in targets)
+    frames = []
+    for nodes in components(late_graph(roots)):
+        graph = LateGraph.of(nodes, ctx.hooks)
+        mine = tuple((nodes.index(n), key, s) for n, key, s in targets if n in nodes)
+        inputs = [
+            timed_input(nodes[0], below, ctx).select(
+                F.lit(index).alias("src"), "ts", "seq", "item", "event"
+            )
+            for index, below in enumerate(graph.sources)
+        ]
+        rows = union_all(inputs).select(F.lit(0).alias(KEY), "src", "ts", "seq", "item", "event")
+        processor = LateGraphProcessor(graph, mine, ctx.errors)
+        frames.append(
+            rows.groupBy(KEY).transformWithStateInPandas(
+                statefulProcessor=processor,
+                outputStructType=OUTPUT_DDL,
+                outputMode="Append",
+                timeMode="None",
+                # No event-time column: results come at publication times, behind
+                # the watermark (the ingest clock), which Spark refuses of an
+                # operator passing the watermark on.
+            )
         )
-        for index, below in enumerate(graph.sources)
-    ]
-    rows = union_all(inputs).select(F.lit(0).alias(KEY), "src", "ts", "seq", "item", "event")
-    return rows.groupBy(KEY).transformWithStateInPandas(
-        statefulProcessor=LateGraphProcessor(graph, mine, ctx.errors),
-        outputStructType=OUTPUT_DDL,
-        outputMode="Append",
-        timeMode="None",
-        # No event-time column: results come at publication times, behind the
-        # watermark (the ingest clock), which Spark refuses of an operator passing
-        # the watermark on.
-    )
+    return union_all(frames)
 
 
 def late_unit_frame(node: Node, ctx: LowerContext) -> DataFrame:

@@ -45,8 +45,8 @@ PLANS_FILE = "plans.pickle"
 # their heartbeats, and a released run reads a key column; 5: a released run tells
 # the last time it released, and names windows' results by branch and guid; 6: the
 # operators over publication time that read one another run in one operator, each
-# unit's state under its own name; 7: all of them in one operator).
-LOWERING = 7
+# unit's state under its own name).
+LOWERING = 6
 
 
 class Ledger(Protocol):
