@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -58,6 +56,7 @@ from roses_app.spark.lower import (
 )
 from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
+from roses_app.spark.session import shuffle_partitions
 from roses_app.spark.udfs import CountsParam
 from roses_app.spool import SPARK_SCHEMA_DDL, archive_of, last_archived_seq
 
@@ -190,30 +189,6 @@ class Engine:
             return self.launch(name, frame, handle, partitions)
 
         return RunningQuery(name, streams, launch(), launch)
-
-
-_conf_lock = threading.Lock()
-
-
-@contextmanager
-def shuffle_partitions(spark: SparkSession, partitions: int | None) -> Iterator[None]:
-    """The session's shuffle partitions set to ``partitions`` (None: left alone) while
-    a query starts: the query takes a copy of the session's settings as it starts.
-    Every start holds the lock, so none starts while another's setting is in place."""
-    key = "spark.sql.shuffle.partitions"
-    with _conf_lock:
-        if partitions is None:
-            yield
-            return
-        before = spark.conf.get(key)
-        spark.conf.set(key, str(partitions))
-        try:
-            yield
-        finally:
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)
 
 
 def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:

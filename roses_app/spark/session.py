@@ -22,7 +22,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
@@ -181,3 +181,27 @@ def stop_jvm(proc: subprocess.Popen[bytes] | None) -> None:
         )
         proc.kill()
         proc.wait()
+
+
+_conf_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def shuffle_partitions(spark: SparkSession, partitions: int | None) -> Iterator[None]:
+    """The session's shuffle partitions set to ``partitions`` (None: left alone) while
+    a query starts: the query takes a copy of the session's settings as it starts.
+    Every start holds the lock, so none starts while another's setting is in place."""
+    key = "spark.sql.shuffle.partitions"
+    with _conf_lock:
+        if partitions is None:
+            yield
+            return
+        before = spark.conf.get(key)
+        spark.conf.set(key, str(partitions))
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
