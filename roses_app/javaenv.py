@@ -191,7 +191,11 @@ def build_shim(real_home: Path, cache_dir: Path) -> Path:
 
 
 def default_cache_dir() -> Path:
-    """Where the shim lives by default: inside the virtualenv, else the user cache."""
+    """ROSES's cache of the installation (the shim, the JVM's class archive):
+    ``$ROSES_CACHE_DIR``, else inside the virtualenv, else the user cache."""
+    chosen = os.environ.get("ROSES_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
     prefix = Path(sys.prefix)
     if os.access(prefix, os.W_OK):
         return prefix / "var" / "roses"

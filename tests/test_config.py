@@ -166,6 +166,7 @@ def test_good_settings(good: Config) -> None:
             shuffle_partitions=4,
             trigger_seconds=0.5,
             conf=(("spark.ui.enabled", "false"), ("spark.x", "3")),
+            class_archive=False,
         ),
         fetch=FetchSettings(
             timeout_seconds=10.0,

@@ -33,6 +33,8 @@ class SparkSettings:
     # Seconds between micro-batches of the daemon's streaming queries.
     trigger_seconds: float = 5.0
     conf: tuple[tuple[str, str], ...] = ()
+    # The driver JVM's classes archived once and mapped at each start (spark/classarchive.py)
+    class_archive: bool = True
 
 
 @dataclass(frozen=True)

@@ -45,12 +45,15 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
     data_path = local_path(data_dir if data_dir is not None else str(d.data_dir), base_dir)
 
     http = _http(problems, s.section("http", optional=("host", "port", "base_url")), d)
-    sp = s.section("spark", optional=("master", "shuffle_partitions", "trigger", "conf"))
+    sp = s.section(
+        "spark", optional=("master", "shuffle_partitions", "trigger", "conf", "class_archive")
+    )
     spark = SparkSettings(
         master=sp.string("master", d.spark.master),
         shuffle_partitions=sp.integer("shuffle_partitions", d.spark.shuffle_partitions, minimum=1),
         trigger_seconds=sp.duration("trigger", d.spark.trigger_seconds),
         conf=tuple((k, v) for k, v, _ in sp.string_map("conf")),
+        class_archive=sp.boolean("class_archive", d.spark.class_archive),
     )
     f = s.section("fetch", optional=("timeout", "max_bytes", "user_agent", "every", "max_backoff"))
     fetch = FetchSettings(

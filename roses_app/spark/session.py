@@ -22,15 +22,17 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from py4j.java_gateway import JavaGateway
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from roses_app.config.model import SparkSettings
-from roses_app.javaenv import apply_java_env
+from roses_app.javaenv import apply_java_env, default_cache_dir
+from roses_app.spark.classarchive import FOLDER, ClassArchive, class_archive
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ DROPPED_JVM_LINES = (
     b"Streaming TransformWithStateInPandas Python worker ",
 )
 JVM_EXIT_SECONDS = 30.0  # at exit, how long the JVM may take to shut down
+ARCHIVE_EXIT_SECONDS = 180.0  # the same when it writes its class archive then
 _silenced = threading.Event()  # set: the JVM's stderr is drained, not relayed
 
 
@@ -96,7 +99,11 @@ def build_session(
     # Spark binds to 127.0.0.1 and does not warn that the host name is a loopback one.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = session_conf(settings)
-    start_jvm(SparkConf().setAll(list(conf.items())), keep_fds)
+    archive = None
+    if settings.class_archive and SparkContext._gateway is None:
+        java_home = Path(os.environ["JAVA_HOME"])
+        archive = class_archive(default_cache_dir() / FOLDER, java_home, conf)
+    start_jvm(conf, keep_fds, archive)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -110,29 +117,46 @@ def build_session(
     return spark
 
 
-def start_jvm(conf: SparkConf, keep_fds: Sequence[int] = ()) -> None:
-    """Start Spark's JVM in its own session, stderr relayed, unless one runs already."""
+def start_jvm(
+    conf: Mapping[str, str], keep_fds: Sequence[int] = (), archive: ClassArchive | None = None
+) -> None:
+    """Start Spark's JVM in its own session, stderr relayed, unless one runs already;
+    with its class archive (see ``classarchive``), or without if it fails with it."""
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
-        read_end, write_end = os.pipe()
-        threading.Thread(
-            target=relay_stderr, args=(read_end,), name="jvm-stderr", daemon=True
-        ).start()
         try:
-            gateway = launch_gateway(
-                conf,
-                popen_kwargs={
-                    "start_new_session": True,
-                    "pass_fds": tuple(keep_fds),
-                    "stderr": write_end,
-                },
-            )
-        finally:
-            os.close(write_end)  # the JVM holds its own copy: EOF comes when it exits
+            gateway = _launch(conf, keep_fds, archive)
+        except RuntimeError:  # pyspark: the JVM exited before it gave its port
+            if archive is None or archive.pending is not None:
+                raise
+            archive = archive.discard()
+            gateway = _launch(conf, keep_fds, archive)
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
-    atexit.register(stop_jvm, gateway.proc)
+    atexit.register(stop_jvm, gateway.proc, archive)
+
+
+def _launch(
+    conf: Mapping[str, str], keep_fds: Sequence[int], archive: ClassArchive | None
+) -> JavaGateway:
+    values = dict(conf)
+    if archive is not None:
+        key = "spark.driver.extraJavaOptions"
+        values[key] = f"{values.get(key, '')} {archive.java_options()}".strip()
+    read_end, write_end = os.pipe()
+    threading.Thread(target=relay_stderr, args=(read_end,), name="jvm-stderr", daemon=True).start()
+    try:
+        return launch_gateway(
+            SparkConf().setAll(list(values.items())),
+            popen_kwargs={
+                "start_new_session": True,
+                "pass_fds": tuple(keep_fds),
+                "stderr": write_end,
+            },
+        )
+    finally:
+        os.close(write_end)  # the JVM holds its own copy: EOF comes when it exits
 
 
 def silence_jvm() -> None:
@@ -158,9 +182,10 @@ def relay_stderr(fd: int) -> None:
                     view = view[os.write(2, view) :]
 
 
-def stop_jvm(proc: subprocess.Popen[bytes] | None) -> None:
+def stop_jvm(proc: subprocess.Popen[bytes] | None, archive: ClassArchive | None = None) -> None:
     """Let the JVM exit (it does when its stdin closes) and wait for it, so that what
-    it holds (checkpoint files, the data folder lock) is free when ROSES exits."""
+    it holds (checkpoint files, the data folder lock) is free when ROSES exits; then
+    take the class archive it wrote, if it did."""
     if proc is None or proc.poll() is not None:
         return
     context = SparkContext._active_spark_context
@@ -173,14 +198,16 @@ def stop_jvm(proc: subprocess.Popen[bytes] | None) -> None:
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
+    writes = archive is not None and archive.pending is not None
+    seconds = ARCHIVE_EXIT_SECONDS if writes else JVM_EXIT_SECONDS
     try:
-        proc.wait(timeout=JVM_EXIT_SECONDS)
+        proc.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
-        log.warning(
-            "Spark's JVM (pid %d) did not exit in %.0fs: killing it", proc.pid, JVM_EXIT_SECONDS
-        )
+        log.warning("Spark's JVM (pid %d) did not exit in %.0fs: killing it", proc.pid, seconds)
         proc.kill()
         proc.wait()
+    if archive is not None:
+        archive.adopt(proc.returncode)
 
 
 _conf_lock = threading.Lock()
