@@ -48,7 +48,7 @@ DROPPED_JVM_LINES = (
     b"Streaming TransformWithStateInPandas Python worker ",
 )
 JVM_EXIT_SECONDS = 30.0  # at exit, how long the JVM may take to shut down
-ARCHIVE_EXIT_SECONDS = 180.0  # the same when it writes its class archive then
+ARCHIVE_EXIT_SECONDS = 60.0  # the same when it writes its class archive then (~10 s)
 _silenced = threading.Event()  # set: the JVM's stderr is drained, not relayed
 
 
