@@ -7,6 +7,9 @@ by several streams is one stateful operator."""
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 from bisect import bisect_right
 from pathlib import Path
 from typing import Any
@@ -174,6 +177,40 @@ def test_only_a_generation_whose_operators_all_run_in_the_late_graph_is_under_on
     streams = [s.stream for s in config.streams.values()]
     assert not under_one_key(streams, ())  # Spark's own joins and windows, keyed
     assert not under_one_key([*config_streams(tmp_path), streams[0]], ())
+
+
+def test_the_processor_spark_unpickles_to_plan_a_query_imports_no_engine(
+    tmp_path: Path,
+) -> None:
+    """Spark plans each such operator in a fresh Python process that unpickles its
+    processor and calls ``init``: that needs the states' names, not the units (nor
+    pandas, lxml, elementpath); the units come back where rows are handled."""
+    from pyspark import cloudpickle
+
+    from roses_app.spark.lateprocessor import LateGraphProcessor
+
+    (nodes,) = [g for g in components(late_graph([config_streams(tmp_path)[1].plan])) if g]
+    graph = LateGraph.of(nodes, Hooks())
+    pickled = tmp_path / "processor.pickle"
+    pickled.write_bytes(cloudpickle.dumps(LateGraphProcessor.of(graph, ((1, None, "s"),), None)))
+    code = (
+        "import pickle, sys\n"
+        f"processor = pickle.loads(open({str(pickled)!r}, 'rb').read())\n"
+        "class Handle:\n"
+        "    def __init__(self): self.made = []\n"
+        "    def getValueState(self, name, ddl): self.made.append(name)\n"
+        "    def getMapState(self, name, key, value): self.made.append(name)\n"
+        "handle = Handle(); processor.init(handle)\n"
+        "heavy = [m for m in ('pandas', 'lxml', 'elementpath') if m in sys.modules]\n"
+        "print(handle.made, heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    units = zip(graph.names, graph.units, strict=True)
+    sliced = [f"{name}_slices" for name, unit in units if unit.sliced]
+    assert done.stdout.strip() == f"{[*graph.names, *sliced]} []"
+    processor = pickle.loads(pickled.read_bytes())
+    assert pickle.loads(processor.graph).names == graph.names == processor.names
 
 
 @pytest.mark.spark

@@ -1,6 +1,6 @@
 """What the operators over publication time share on Spark
-(:mod:`roses_app.spark.lategraph`): their state's shape, the slices of their
-windows' items in a map state, the heartbeats and horizon they tell, and their input.
+(:mod:`roses_app.spark.lategraph`): the heartbeats and horizon they tell, and their
+input.  Their state's shape is in :mod:`roses_app.spark.lateprocessor`.
 
 Each such operator keeps its state as one JSON value, and a periodic or session
 window's items in a map state of time slices (:mod:`roses_app.algebra.slices`): a
@@ -14,43 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import orjson
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.stateful_processor import MapState
 
 from roses_app.algebra.latejoin import CLOCK_SEQ
 from roses_app.algebra.lateness import Arrival
-from roses_app.algebra.panes import Entry, plain_entries
 from roses_app.algebra.plan import Node
-from roses_app.algebra.slices import ChunkId
 from roses_app.spark.registry import LowerContext
-
-STATE_DDL = "state STRING"
-SLICE_KEY_DDL = "key STRING, slice BIGINT, chunk INT"  # γ's key as JSON (null: α)
-SLICE_DDL = "entries STRING"
-
-
-class StateSlices:
-    """A :class:`~roses_app.algebra.slices.SliceMap` in the operator's map state."""
-
-    def __init__(self, state: MapState) -> None:
-        self.state = state
-
-    @staticmethod
-    def _key(chunk: ChunkId) -> tuple[str, int, int]:
-        return orjson.dumps(chunk[0]).decode(), chunk[1], chunk[2]
-
-    def get(self, chunk: ChunkId) -> list[Entry] | None:
-        found = self.state.getValue(self._key(chunk))
-        return None if found is None else list(map(Entry._make, orjson.loads(found[0])))
-
-    def put(self, chunk: ChunkId, entries: list[Entry]) -> None:
-        text = orjson.dumps(plain_entries(entries)).decode()
-        self.state.updateValue(self._key(chunk), (text,))
-
-    def remove(self, chunk: ChunkId) -> None:
-        self.state.removeKey(self._key(chunk))
 
 
 def with_clock(

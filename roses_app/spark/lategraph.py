@@ -27,8 +27,7 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.streaming.stateful_processor import TimerValues, ValueState
+from pyspark.sql.streaming.stateful_processor import ValueState
 
 from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.globalplan import node_fingerprint
@@ -50,13 +49,8 @@ from roses_app.algebra.plan import (
 from roses_app.algebra.slices import SliceMap
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame
 from roses_app.spark.joins import diff_frame, join_frame, semijoin_frame
-from roses_app.spark.late import (
-    SLICE_DDL,
-    SLICE_KEY_DDL,
-    STATE_DDL,
-    StateSlices,
-    timed_input,
-)
+from roses_app.spark.late import timed_input
+from roses_app.spark.lateprocessor import LateGraphProcessor, Target
 from roses_app.spark.lateunits import Batch, Counts, Row, SourceRow, Unit, make_unit
 from roses_app.spark.registry import EVENT_COLUMNS, Hooks, LowerContext, register, union_all
 from roses_app.spark.sequential import window_or_delta, windowed_grouping_frame
@@ -64,8 +58,6 @@ from roses_app.spark.stateless import unnest_frame
 
 KEY = "late_key"
 OUTPUT_DDL = "source STRING, stream STRING, part STRING, ts BIGINT, seq BIGINT, item STRING"
-# what reads a unit's items: (the unit's index in its graph, a head's key, a stream)
-Target = tuple[int, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -111,57 +103,37 @@ class LateGraph:
         return out
 
 
-class LateGraphProcessor(StatefulProcessor):
-    """One :class:`LateGraph`, micro-batch after micro-batch."""
-
-    def __init__(
-        self,
-        graph: LateGraph,
-        targets: tuple[Target, ...],
-        tallies: Accumulator[dict[str, int]] | None,
-    ) -> None:
-        self.graph = graph
-        self.targets = targets
-        self.tallies = tallies
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.states: list[ValueState] = [
-            handle.getValueState(name, STATE_DDL) for name in self.graph.names
-        ]
-        self.slices: list[SliceMap | None] = [
-            StateSlices(handle.getMapState(f"{name}_slices", SLICE_KEY_DDL, SLICE_DDL))
-            if unit.sliced
-            else None
-            for name, unit in zip(self.graph.names, self.graph.units, strict=True)
-        ]
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        sources = read_sources(rows, self.graph.sources)
-        done = self.graph.advance(lambda n: load_json(self.states[n]), sources, self.slices)
-        found: dict[str, int] = {}
-        for state, unit, result in zip(self.states, self.graph.units, done, strict=True):
-            if result is not None:
-                save_json(state, result[1])
-                for kind, n in result[2].items():
-                    key = tally_key(kind, unit.node.origin.stream)
-                    found[key] = found.get(key, 0) + n
-        found = {key: n for key, n in found.items() if n}
-        if self.tallies is not None and found:
-            self.tallies.add(found)
-        out = [
-            (source, stream, part, ts, seq, item)
-            for index, source, stream in self.targets
-            if (result := done[index]) is not None
-            for ts, seq, item, part in result[0]
-            if item is not None
-        ]
-        if out:
-            yield pd.DataFrame(out, columns=["source", "stream", "part", "ts", "seq", "item"])
-
-    def close(self) -> None:
-        """Nothing to release: the state lives in the state store."""
+def handle_rows(
+    graph: LateGraph,
+    states: Sequence[ValueState],
+    slices: Sequence[SliceMap | None],
+    targets: tuple[Target, ...],
+    tallies: Accumulator[dict[str, int]] | None,
+    rows: Iterator[pd.DataFrame],
+) -> Iterator[pd.DataFrame]:
+    """One micro-batch of a :class:`~roses_app.spark.lateprocessor.LateGraphProcessor`:
+    its units advanced, their state saved, the rows ``targets`` read out."""
+    sources = read_sources(rows, graph.sources)
+    done = graph.advance(lambda n: load_json(states[n]), sources, slices)
+    found: dict[str, int] = {}
+    for state, unit, result in zip(states, graph.units, done, strict=True):
+        if result is not None:
+            save_json(state, result[1])
+            for kind, n in result[2].items():
+                key = tally_key(kind, unit.node.origin.stream)
+                found[key] = found.get(key, 0) + n
+    found = {key: n for key, n in found.items() if n}
+    if tallies is not None and found:
+        tallies.add(found)
+    out = [
+        (source, stream, part, ts, seq, item)
+        for index, source, stream in targets
+        if (result := done[index]) is not None
+        for ts, seq, item, part in result[0]
+        if item is not None
+    ]
+    if out:
+        yield pd.DataFrame(out, columns=["source", "stream", "part", "ts", "seq", "item"])
 
 
 def load_json(state: ValueState) -> Any:
@@ -208,7 +180,7 @@ def late_graph_frame(
             for index, below in enumerate(graph.sources)
         ]
         rows = union_all(inputs).select(F.lit(0).alias(KEY), "src", "ts", "seq", "item", "event")
-        processor = LateGraphProcessor(graph, mine, ctx.errors)
+        processor = LateGraphProcessor.of(graph, mine, ctx.errors)
         frames.append(
             rows.groupBy(KEY).transformWithStateInPandas(
                 statefulProcessor=processor,
