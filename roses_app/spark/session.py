@@ -195,10 +195,14 @@ def stop_jvm(proc: subprocess.Popen[bytes] | None, archive: ClassArchive | None 
         # No py4j call here: the JVM stops its SparkContext itself as it exits.
         context._accumulatorServer.shutdown()
         context._accumulatorServer = None  # type: ignore[assignment]
+    writes = archive is not None and archive.pending is not None
+    if writes:
+        # Its threads outlive Spark's shutdown while it writes (~10 s): the state
+        # store's maintenance then logs a stack trace for the SparkEnv gone.
+        silence_jvm()
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-    writes = archive is not None and archive.pending is not None
     seconds = ARCHIVE_EXIT_SECONDS if writes else JVM_EXIT_SECONDS
     try:
         proc.wait(timeout=seconds)
