@@ -30,8 +30,8 @@ from strategies import (
     released_join_plans,
 )
 
-from roses_app.algebra.lategraph import components, late_graph, late_unit, unit_reads
-from roses_app.algebra.plan import Node, Stream
+from roses_app.algebra.lategraph import components, late_graph, late_unit, packed, unit_reads
+from roses_app.algebra.plan import Node, Source, Stream
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.algebra.release_fed import fed_release
 from roses_app.algebra.slices import MemorySlices, SliceMap
@@ -63,12 +63,13 @@ def source_batches(
 
 
 def graph_results(
-    roots: list[Node], events: list[RefInput], cuts: list[int]
+    roots: list[Node], events: list[RefInput], cuts: list[int], most: int = 0
 ) -> dict[Node, list[Out]]:
     """What each of ``roots`` publishes when the late graph runs micro-batch after
-    micro-batch, as the Spark processor runs it (state through orjson)."""
+    micro-batch, as the Spark processor runs it (state through orjson), its groups
+    in at most ``most`` operators (0: one each)."""
     out: dict[Node, list[Out]] = {root: [] for root in roots}
-    for nodes in components(late_graph(roots)):
+    for nodes in packed(components(late_graph(roots)), most):
         graph = LateGraph.of(nodes, Hooks())
         batches = source_batches(list(graph.sources), events, cuts)
         saved: list[Any] = [None] * len(nodes)
@@ -164,6 +165,36 @@ def test_a_unit_read_by_several_is_one_unit_and_each_group_apart(tmp_path: Path)
     assert all(unit_reads(p)[0] == (plans[0],) for p in plans[1:3])
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=out_of_order_event_lists(max_size=30),
+    plans=st.lists(late_plans(), min_size=2, max_size=4),
+    cuts=st.lists(st.integers(1, 30), max_size=3),
+    most=st.integers(1, 2),
+)
+def test_groups_packed_into_fewer_operators_give_what_each_gives_alone(
+    events: list[RefInput], plans: list[Node], cuts: list[int], most: int
+) -> None:
+    """Groups that share nothing, run in one or two operators (the cores), each
+    micro-batch: every unit still gives the reference's answer for it alone."""
+    roots = late_graph(plans)
+    got = graph_results(roots, events, cuts, most)
+    want = expected(roots, events)
+    for root in roots:
+        assert set(got[root]) == set(want[root]), root
+
+
+def test_groups_go_to_at_most_as_many_operators_as_cores_largest_first() -> None:
+    """Sizes 1, 3, 1, 2, 1 into two: 3 then 2 then the ones to the lighter operator
+    (ties to the first); each operator keeps its groups in their order."""
+    sizes = (1, 3, 1, 2, 1)
+    groups = [[Source(f"g{n}u{k}") for k in range(size)] for n, size in enumerate(sizes)]
+    two = packed(groups, 2)
+    assert two == [groups[1] + groups[2], groups[0] + groups[3] + groups[4]]
+    assert packed(groups, 0) == packed(groups, 5) == groups  # one operator per group
+    assert packed(groups, 1) == [[unit for group in groups for unit in group]]
+
+
 def test_only_a_generation_whose_operators_all_run_in_the_late_graph_is_under_one_key(
     tmp_path: Path,
 ) -> None:
@@ -215,14 +246,19 @@ def test_the_processor_spark_unpickles_to_plan_a_query_imports_no_engine(
 
 @pytest.mark.spark
 def test_spark_runs_a_join_read_by_several_streams_once(tmp_path: Path, spark: Any) -> None:
-    """The join and the two runs over it in one stateful operator, the semijoin in
-    another (before, three joins ran: one per stream reading it); the results are the
-    reference engine's."""
+    """The join and the two runs over it in one stateful operator (before, three
+    joins ran: one per stream reading it); the semijoin and a window that share
+    nothing with it in a second one, as the session has two cores; the results are
+    the reference engine's."""
     from test_globalplan import _run, write_spool
 
+    from roses_app.config import parse_config
     from roses_app.replay import MemorySink
 
-    streams = config_streams(tmp_path)
+    extra = "  recent:\n    window: {from: blog, time: 4us}\n"
+    config = parse_config(CONFIG + extra, tmp_path / "feeds.yaml")
+    streams = [s.stream for s in config.streams.values()]
+    assert len(components(late_graph([s.plan for s in streams]))) == 3
     events = [
         RefInput(
             ("wire", "blog")[k % 2],

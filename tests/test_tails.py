@@ -162,11 +162,21 @@ def test_a_shared_aggregate_runs_one_stateful_operator(tmp_path: Path, spark: An
 
 
 def test_a_generation_saved_by_an_earlier_version_starts_again(tmp_path: Path) -> None:
-    from roses_app.spark.layout import PLANS_FILE, Generation, load_generation, save_generation
+    from roses_app.spark.layout import (
+        LOWERING,
+        PLANS_FILE,
+        Generation,
+        load_generation,
+        save_generation,
+    )
 
     folder = tmp_path / "gen-x"
-    save_generation(folder, Generation("gen-x", tuple(STREAMS), frozenset(), 7, True))
-    assert load_generation(folder) == (tuple(STREAMS), 7)
+    save_generation(folder, Generation("gen-x", tuple(STREAMS), frozenset(), 7, True, 2))
+    assert load_generation(folder) == (tuple(STREAMS), 7, 2)
+    # saved before the late operators were packed by cores: one operator per group,
+    # as its checkpoint holds them
+    (folder / PLANS_FILE).write_bytes(pickle.dumps((tuple(STREAMS), 7, LOWERING)))
+    assert load_generation(folder) == (tuple(STREAMS), 7, 0)
     # the format before each head was computed once: its checkpoint's operators differ
     (folder / PLANS_FILE).write_bytes(pickle.dumps((tuple(STREAMS), 7)))
     assert load_generation(folder) is None

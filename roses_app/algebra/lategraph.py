@@ -108,6 +108,25 @@ def components(units: Sequence[Node]) -> list[list[Node]]:
     return list(out.values())
 
 
+def packed(groups: Sequence[Sequence[Node]], most: int) -> list[list[Node]]:
+    """``groups`` (:func:`components`) in at most ``most`` operators (0: one each).
+
+    Each operator costs a Python process to plan and a state store commit per
+    micro-batch, but the operators run side by side: as many as there are cores keeps
+    the cores busy on a large micro-batch, and the rest is overhead.  The largest
+    groups first, each to the operator with the fewest units (ties: the first); each
+    operator's units in the order of ``groups``, which keeps each group's order."""
+    if most <= 0 or len(groups) <= most:
+        return [list(group) for group in groups]
+    bins: list[list[int]] = [[] for _ in range(most)]
+    sizes = [0] * most
+    for n in sorted(range(len(groups)), key=lambda n: -len(groups[n])):
+        lightest = min(range(most), key=sizes.__getitem__)
+        bins[lightest].append(n)
+        sizes[lightest] += len(groups[n])
+    return [[unit for n in sorted(chosen) for unit in groups[n]] for chosen in bins if chosen]
+
+
 def unit_parts(unit: Node) -> set[Node]:
     """The stateful nodes ``unit``'s own operator computes besides itself: the
     windows of its sides or of its groups, the stages of its run."""

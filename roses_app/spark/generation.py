@@ -53,7 +53,14 @@ def stateful_frame(
         ).select(*frontier_columns(node))
         for node in plan.frontier()
     }
-    ctx = LowerContext(events, context.namespaces, context.errors, context.lateness, computed)
+    ctx = LowerContext(
+        events,
+        context.namespaces,
+        context.errors,
+        context.lateness,
+        computed,
+        context.late_operators,
+    )
     tails = plan_tails(streams, plan.id_of, ctx.namespaces)
     late: list[tuple[Node, str | None, str | None]] = [
         (head, key, None) for head, key in tails.heads if late_unit(head)

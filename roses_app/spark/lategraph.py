@@ -31,7 +31,7 @@ from pyspark.sql.streaming.stateful_processor import ValueState
 
 from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.globalplan import node_fingerprint
-from roses_app.algebra.lategraph import components, late_graph, late_unit, unit_reads
+from roses_app.algebra.lategraph import components, late_graph, late_unit, packed, unit_reads
 from roses_app.algebra.lateness import tally_key
 from roses_app.algebra.plan import (
     Aggregate,
@@ -170,7 +170,7 @@ def late_graph_frame(
     key, a stream): columns ``source, stream, part, ts, seq, item``."""
     roots = dict.fromkeys(node for node, _, _ in targets)
     frames = []
-    for nodes in components(late_graph(roots)):
+    for nodes in packed(components(late_graph(roots)), ctx.late_operators):
         graph = LateGraph.of(nodes, ctx.hooks)
         mine = tuple((nodes.index(n), key, s) for n, key, s in targets if n in nodes)
         inputs = [

@@ -71,6 +71,10 @@ class Generation:
     live: frozenset[str]
     boundary: int
     fresh: bool
+    # at most this many Spark operators over publication time (0: one per group of
+    # units that read one another, as generations saved without it were started):
+    # fixed when the generation starts, since its checkpoint holds those operators
+    late_operators: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,22 +106,24 @@ class Layout:
         return out
 
 
-def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int] | None:
-    """The plans a generation runs and its boundary, or None when they cannot be read
-    back (written by another version of ROSES: the generation is then started again)."""
+def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int, int] | None:
+    """The plans a generation runs, its boundary and its late operators, or None when
+    they cannot be read back (written by another version of ROSES: the generation is
+    then started again)."""
     try:
         with open(folder / PLANS_FILE, "rb") as fh:
             saved = pickle.load(fh)
     except (OSError, pickle.UnpicklingError, AttributeError, ImportError, EOFError) as exc:
         log.warning("cannot read the plans of %s (%s): it starts again", folder.name, exc)
         return None
-    ok = isinstance(saved, tuple) and len(saved) == 3 and isinstance(saved[1], int)
+    ok = isinstance(saved, tuple) and len(saved) in (3, 4) and isinstance(saved[1], int)
     if not ok or not all(isinstance(s, Stream) for s in saved[0]):
         return None
     if saved[2] != LOWERING:
         log.info("%s was started by an earlier version of ROSES: it starts again", folder.name)
         return None
-    return tuple(saved[0]), saved[1]
+    late_operators = saved[3] if len(saved) == 4 and isinstance(saved[3], int) else 0
+    return tuple(saved[0]), saved[1], late_operators
 
 
 def save_generation(folder: Path, generation: Generation) -> None:
@@ -125,7 +131,8 @@ def save_generation(folder: Path, generation: Generation) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (PLANS_FILE + ".tmp")
     with open(tmp, "wb") as fh:
-        pickle.dump((tuple(generation.streams), generation.boundary, LOWERING), fh)
+        saved = (tuple(generation.streams), generation.boundary, LOWERING)
+        pickle.dump((*saved, generation.late_operators), fh)
     tmp.replace(folder / PLANS_FILE)
 
 
@@ -135,12 +142,15 @@ def plan_layout(
     checkpoints: Path,
     ledger: Ledger,
     archived: int = 0,
+    late_operators: int = 0,
 ) -> Layout:
     """Decide the queries: keep what can go on, start what is new.
 
     ``archived``: the latest seq of the spool files Spark has archived.  Without a
     stateless checkpoint the query reads only the files still in the spool's log, so
-    everything up to ``archived`` is a backfill, for every stream."""
+    everything up to ``archived`` is a backfill, for every stream.  ``late_operators``:
+    for a new generation, at most this many operators over publication time (the
+    cores: see ``roses_app.algebra.lategraph.packed``)."""
     plan = GlobalPlan.of(streams)
     prints = {s.name: stream_fingerprint(s, namespaces) for s in streams}
     fresh_start = not (checkpoints / STATELESS_QUERY).exists()
@@ -156,9 +166,8 @@ def plan_layout(
     if rest:
         key = fingerprint(sorted((s.name, prints[s.name]) for s in rest))
         gen_id = GENERATION_PREFIX + key
-        generations.append(
-            Generation(gen_id, tuple(rest), frozenset(s.name for s in rest), position, True)
-        )
+        live = frozenset(s.name for s in rest)
+        generations.append(Generation(gen_id, tuple(rest), live, position, True, late_operators))
     removed = tuple(sorted(name for name in recorded if name not in prints))
     return Layout(
         plan,
@@ -181,14 +190,14 @@ def _existing(
         return kept, dropped
     for folder in sorted(checkpoints.glob(GENERATION_PREFIX + "*")):
         saved = load_generation(folder)
-        streams, boundary = saved if saved is not None else ((), 0)
+        streams, boundary, late_operators = saved if saved is not None else ((), 0, 0)
         live = frozenset(
             s.name for s in streams if prints.get(s.name) == stream_fingerprint(s, namespaces)
         )
         if not live:
             dropped.append(folder.name)
             continue
-        kept.append(Generation(folder.name, streams, live, boundary, False))
+        kept.append(Generation(folder.name, streams, live, boundary, False, late_operators))
     return kept, dropped
 
 

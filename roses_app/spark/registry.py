@@ -60,6 +60,8 @@ class LowerContext:
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
     computed: Mapping[Node, DataFrame] = field(default_factory=dict)
+    # how many Spark operators run the late graph's groups (0: one per group)
+    late_operators: int = 0
     lowered: dict[int, tuple[Node, DataFrame]] = field(
         default_factory=dict, compare=False, repr=False
     )

@@ -208,7 +208,10 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
         engine.frontier.clear()
         engine.sink.forget_query(STATELESS_QUERY)
         archived = last_archived_seq(archive_of(engine.log_dir))
-    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink, archived)
+    cores = engine.spark.sparkContext.defaultParallelism
+    layout = plan_layout(
+        streams, engine.namespaces, engine.checkpoints, engine.sink, archived, cores
+    )
     for name in layout.removed:
         log.info("stream %s is no longer in the config: forgetting its output", name)
         engine.sink.restart_stream(name)
@@ -405,7 +408,13 @@ def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
     """All the stateful streams of a generation as one frame of output rows, over the
     frontier log (live rows after its boundary, its backfill before)."""
     events = with_watermark(engine.frontier.stream(engine.spark, generation.id), engine.lateness)
-    context = LowerContext(events, engine.namespaces, engine.errors, engine.lateness)
+    context = LowerContext(
+        events,
+        engine.namespaces,
+        engine.errors,
+        engine.lateness,
+        late_operators=generation.late_operators,
+    )
     return stateful_frame(context, generation.streams, generation.boundary, generation.id)
 
 
@@ -415,7 +424,8 @@ def query_frames(
     """What ``start_queries`` would run now, without starting or changing anything
     (for ``roses explain``): the layout and each query's frame."""
     streams = rewrite_streams(streams, engine.namespaces)
-    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink)
+    cores = engine.spark.sparkContext.defaultParallelism
+    layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink, 0, cores)
     frames = [(STATELESS_QUERY, stateless_query(engine, layout)[0])] if layout.query_ids() else []
     frames += [(g.id, generation_frame(engine, g)) for g in layout.generations]
     return layout, frames
