@@ -7,8 +7,9 @@ late join or grouping, a released run, a join of released sides) already runs un
 one constant key, since its clock is the latest time seen of every item, so nothing
 is lost by running the units that read one another in one operator: each is computed
 once per micro-batch, in topological order, and its results go to the units reading
-them and out.  Units that share nothing stay apart (:func:`components`), so Spark
-still runs those side by side.
+them and out.  Units that share nothing are separate groups (:func:`components`),
+packed into at most as many operators as there are cores (:func:`packed`), so Spark
+still runs them side by side.
 
 What each unit reads is either another unit's results or *sources*: the stateless
 plans below it, whose rows the frontier log holds (see
