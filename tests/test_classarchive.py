@@ -77,6 +77,9 @@ def test_another_class_path_or_runtime_gets_another_archive_and_replaces_it(
     written(first)
     first.adopt(0)
     with_jar = class_archive(folder, java, {"spark.jars": "/opt/extra.jar"}, spark)
+    # another log configuration (another checkout of ROSES): the same classes
+    options = {"spark.driver.extraJavaOptions": "-Dlog4j.configurationFile=/elsewhere"}
+    assert class_archive(folder, java, options, spark) == ClassArchive(first.path, None)
     (spark / "jars" / "another.jar").write_bytes(b"jar")
     new_jar = class_archive(folder, java, {}, spark)
     (java / "release").write_text('JAVA_VERSION="17.0.16"\n')

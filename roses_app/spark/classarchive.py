@@ -6,7 +6,9 @@ and verified, mapped from one file: on 2 cores a `roses replay` of ten items wen
 10.9 s to 7.8 s (the session 4.8 s to 2.9 s, the first micro-batch 3.0 s to 2.5 s).
 
 The archive is specific to one Java runtime and one class path, so its file name is a
-fingerprint of both (and of the JVM options Spark is given).  Its life:
+fingerprint of both (and of the JVM options Spark is given, but its system properties:
+the log configuration's path differs between two checkouts sharing one virtualenv,
+and each would otherwise replace the other's archive).  Its life:
 
 * none yet: the JVM runs with ``-XX:ArchiveClassesAtExit`` and writes the classes it
   loaded when it exits (once; about ten seconds more at that exit), into a file of
@@ -130,7 +132,11 @@ def _fingerprint(java_home: Path, base: Path, jars: Path, conf: Mapping[str, str
     parts.append(f"{stat.st_size}:{stat.st_mtime_ns}")
     for jar in sorted(jars.iterdir()):
         parts.append(f"{jar.name}:{jar.stat().st_size}")
-    parts.extend(f"{key}={conf.get(key, '')}" for key in CONF_KEYS)
+    for key in CONF_KEYS:
+        value = conf.get(key, "")
+        if key.endswith("JavaOptions"):  # system properties (-D) load no class
+            value = " ".join(o for o in value.split() if not o.startswith("-D"))
+        parts.append(f"{key}={value}")
     digest.update("\n".join(parts).encode())
     return digest.hexdigest()[:16]
 
