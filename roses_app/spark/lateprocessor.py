@@ -58,8 +58,8 @@ class StateSlices:
 
 
 class LateGraphProcessor(StatefulProcessor):
-    """One late graph, micro-batch after micro-batch: ``graph`` is it pickled,
-    ``names`` each unit's state and ``sliced`` whether it keeps slices."""
+    """One late graph, micro-batch after micro-batch.  ``graph``: the graph, pickled;
+    ``names``: each unit's state; ``sliced``: whether each unit keeps slices."""
 
     def __init__(
         self,
