@@ -25,7 +25,7 @@ The archives live in ROSES's cache folder (``javaenv.default_cache_dir``: inside
 virtualenv, or ``$ROSES_CACHE_DIR``), shared by every data folder of the installation.
 ``settings.spark.class_archive: false`` turns this off.
 
-Standard library only: the JVM is not started here.
+No pyspark here: the JVM is not started here.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from roses_app.datalock import alive
 
 log = logging.getLogger(__name__)
 
@@ -145,19 +147,9 @@ def _remove_stale(folder: Path) -> None:
     """Partial archives whose process is gone (killed while writing)."""
     for partial in folder.glob(f"*{PARTIAL}"):
         pid = partial.name.removesuffix(PARTIAL).rsplit(".", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def _spark_home() -> Path:
