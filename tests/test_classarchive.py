@@ -119,6 +119,20 @@ def test_a_damaged_archive_is_removed_and_written_again(tmp_path: Path) -> None:
     assert instead.path == mapped.path and instead.pending is not None
 
 
+def test_a_jvm_gone_before_roses_stops_it_still_leaves_its_archive(tmp_path: Path) -> None:
+    """The JVM exited cleanly on its own before ROSES's exit: what it wrote is kept."""
+    from roses_app.spark.session import stop_jvm
+
+    java, spark = runtime(tmp_path)
+    archive = class_archive(tmp_path / "cache", java, {}, spark)
+    assert archive is not None
+    written(archive)
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    stop_jvm(exited, archive)
+    assert archive.path.read_bytes() == b"classes"
+
+
 def _replay(cache: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ROSES_CACHE_DIR": str(cache)}
     config, events = SPINE / "feeds.yaml", SPINE / "events.jsonl"

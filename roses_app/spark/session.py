@@ -185,9 +185,17 @@ def relay_stderr(fd: int) -> None:
 def stop_jvm(proc: subprocess.Popen[bytes] | None, archive: ClassArchive | None = None) -> None:
     """Let the JVM exit (it does when its stdin closes) and wait for it, so that what
     it holds (checkpoint files, the data folder lock) is free when ROSES exits; then
-    take the class archive it wrote, if it did."""
-    if proc is None or proc.poll() is not None:
+    take the class archive it wrote, if it did (also when it had exited already)."""
+    if proc is None:
         return
+    if proc.poll() is None:
+        _let_exit(proc, archive is not None and archive.pending is not None)
+    if archive is not None:
+        archive.adopt(proc.returncode)
+
+
+def _let_exit(proc: subprocess.Popen[bytes], writes: bool) -> None:
+    """Close the JVM's stdin and wait for its exit (``writes``: its class archive)."""
     context = SparkContext._active_spark_context
     if context is not None and context._accumulatorServer is not None:
         # Stopped first (it returns once its handler has), so that it no longer reads
@@ -195,7 +203,6 @@ def stop_jvm(proc: subprocess.Popen[bytes] | None, archive: ClassArchive | None 
         # No py4j call here: the JVM stops its SparkContext itself as it exits.
         context._accumulatorServer.shutdown()
         context._accumulatorServer = None  # type: ignore[assignment]
-    writes = archive is not None and archive.pending is not None
     if writes:
         # Its threads outlive Spark's shutdown while it writes (~10 s): the state
         # store's maintenance then logs a stack trace for the SparkEnv gone.
@@ -210,8 +217,6 @@ def stop_jvm(proc: subprocess.Popen[bytes] | None, archive: ClassArchive | None 
         log.warning("Spark's JVM (pid %d) did not exit in %.0fs: killing it", proc.pid, seconds)
         proc.kill()
         proc.wait()
-    if archive is not None:
-        archive.adopt(proc.returncode)
 
 
 _conf_lock = threading.Lock()
