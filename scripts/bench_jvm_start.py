@@ -28,10 +28,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench_service import shipped_config
 from benchlib import argument_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 ROSES = [sys.executable, "-m", "roses_app.cli"]
+PORT = 18_080  # in the copied config only: `roses once` serves nothing
 
 
 def with_archive(config: Path, on: bool) -> Path:
@@ -82,10 +84,7 @@ def cases(work: Path, fixture: str, once: bool) -> dict[str, tuple[list[str], Pa
     )
     if once:
         shipped = work / "shipped"
-        shipped.mkdir()
-        shutil.copy(ROOT / "feeds.yaml", shipped / "feeds.yaml")
-        for folder in ("examples", "xquery"):
-            shutil.copytree(ROOT / folder, shipped / folder)
+        shipped_config(shipped, PORT)  # bench_service's copy: examples/, xquery/, data_dir
         found["once shipped feeds.yaml"] = (["once"], shipped, shipped / "data")
     return found
 
