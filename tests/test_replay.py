@@ -52,6 +52,22 @@ def test_spark_engine_matches_expected(fixture: Path, tmp_path: Path, spark: obj
     assert tree(tmp_path) == tree(fixture / "expected")
 
 
+@pytest.mark.spark
+def test_a_spark_replay_reads_its_events_while_spark_starts(tmp_path: Path, spark: object) -> None:
+    """``replay`` reads the events in a thread beside the session's start: the same
+    files come out, and a broken line still fails the replay with its line number."""
+    fixture = DATA / "replay" / "spine"
+    config = load_config(fixture / "feeds.yaml")
+    replay(config, fixture / "events.jsonl", tmp_path / "out", "spark")
+    assert tree(tmp_path / "out") == tree(fixture / "expected")
+    bad = tmp_path / "bad.jsonl"
+    lines = (fixture / "events.jsonl").read_text().splitlines()
+    bad.write_text("\n".join([lines[0], '{"source": "a", "ts": 2, "item": "<item>"}', *lines[1:]]))
+    with pytest.raises(ReplayInputError, match=r"bad\.jsonl:2: "):
+        replay(config, bad, tmp_path / "bad-out", "spark")
+    assert not (tmp_path / "bad-out").exists()
+
+
 def test_iso_times_come_back_as_iso(tmp_path: Path) -> None:
     fixture = DATA / "replay" / "spine"
     iso_events = tmp_path / "iso.jsonl"
