@@ -306,13 +306,15 @@ def replay(
 ) -> list[Path]:
     if engine == "reference":
         events = read_events(events_path, config.settings.max_future)
-        outputs = run_reference(config, events)
-    elif engine == "spark":
-        events = _read_while_spark_starts(config, events_path)
-        outputs = run_spark(config, events, progress=progress)
-    else:
-        raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
-    return write_outputs(outputs, out_dir, events.iso_times)
+        return write_outputs(run_reference(config, events), out_dir, events.iso_times)
+    if engine == "spark":
+        # The driver only holds events and rows (no cycles among them): collections
+        # walking them cost a 100,000-item replay at 10,000 streams 2 s.
+        with collector_paused():
+            events = _read_while_spark_starts(config, events_path)
+            outputs = run_spark(config, events, progress=progress)
+            return write_outputs(outputs, out_dir, events.iso_times)
+    raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
 
 
 def _read_while_spark_starts(config: Config, events_path: Path) -> EventList:

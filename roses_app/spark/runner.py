@@ -236,7 +236,10 @@ def start_queries(engine: Engine, streams: Sequence[Stream]) -> list[RunningQuer
         if generation.fresh:
             backfill_generation(engine, layout, generation)
         running.append(start_generation(engine, generation))
-    freeze_long_lived()  # the plans live as long as the queries
+    if not engine.once:
+        # the plans live as long as the queries; a finite run is not worth the full
+        # collection (0.7 s over a replay's events at 10,000 streams)
+        freeze_long_lived()
     return running
 
 
