@@ -34,7 +34,7 @@ from roses_app.algebra.specs import XQuery as XQuery
 TIME_MODES = ("ingest", "published")
 
 # Attributes a node computes once and keeps (never pickled: recomputed on use).
-_CACHED = ("digest", "_hash", "tree_size", "analysis")
+_CACHED = ("digest", "_hash", "tree_size", "analysis", "_inputs")
 
 
 @dataclass(frozen=True)
@@ -74,18 +74,39 @@ def _encode(value: object) -> bytes:
 LATER = {"later": True}
 
 
+# per node class (plans of ten thousand streams asked dataclasses.fields hundreds of
+# thousands of times): its fields, and its compared ones with whether each is LATER
+_FIELDS: dict[type, tuple[dataclasses.Field[Any], ...]] = {}
+_COMPARED: dict[type, tuple[tuple[dataclasses.Field[Any], bool], ...]] = {}
+
+
+def _fields_of(kind: type) -> tuple[dataclasses.Field[Any], ...]:
+    found = _FIELDS.get(kind)
+    if found is None:
+        found = _FIELDS[kind] = fields(kind)
+    return found
+
+
+def _compared_fields(kind: type) -> tuple[tuple[dataclasses.Field[Any], bool], ...]:
+    found = _COMPARED.get(kind)
+    if found is None:
+        found = tuple((f, bool(f.metadata.get("later"))) for f in fields(kind) if f.compare)
+        _COMPARED[kind] = found
+    return found
+
+
 def _identity_fields(node: object) -> list[dataclasses.Field[Any]]:
     """The compared fields that say what ``node`` computes (see :data:`LATER`)."""
     return [
         f
-        for f in fields(node)  # type: ignore[arg-type]
-        if f.compare and not (f.metadata.get("later") and getattr(node, f.name) == f.default)
+        for f, later in _compared_fields(type(node))
+        if not (later and getattr(node, f.name) == f.default)
     ]
 
 
 def _repr(node: object) -> str:
     """The dataclass repr, without the :data:`LATER` fields that have their default."""
-    shown = [f for f in fields(node) if f.repr]  # type: ignore[arg-type]
+    shown = [f for f in _fields_of(type(node)) if f.repr]
     kept = {f.name for f in _identity_fields(node)}
     parts = [f"{f.name}={getattr(node, f.name)!r}" for f in shown if f.name in kept]
     return f"{type(node).__name__}({', '.join(parts)})"
@@ -142,8 +163,12 @@ class Node:
 
     def children(self) -> tuple[Node, ...]:
         """The inputs: the fields holding a node or a tuple of nodes, in field order."""
+        return self._inputs
+
+    @cached_property
+    def _inputs(self) -> tuple[Node, ...]:
         out: list[Node] = []
-        for f in fields(self):
+        for f in _fields_of(type(self)):
             value = getattr(self, f.name)
             if isinstance(value, Node):
                 out.append(value)
@@ -182,7 +207,7 @@ class Node:
         """This node with ``fn`` applied to each input (its origin kept); the node
         itself when ``fn`` returns every input unchanged."""
         changes: dict[str, Any] = {}
-        for f in fields(self):
+        for f in _fields_of(type(self)):
             value = getattr(self, f.name)
             if isinstance(value, Node):
                 new: Any = fn(value)
