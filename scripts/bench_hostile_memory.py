@@ -406,6 +406,7 @@ def prepare(work: Path, args: argparse.Namespace) -> tuple[Expected, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    proctree.exit_on_sigterm()
     caveat = machine()
     with work_folder("roses-hostile-mem-", args.keep, args.work) as work:
         print(f"working in {work}", file=sys.stderr)

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import add_master_and_seed, argument_parser, fill_defaults, fmt, work_folder
-from proctree import PeakSampler, stop_tree
+from proctree import PeakSampler, exit_on_sigterm, stop_tree
 
 # bench_service.py reads the workload through this module (scale.generate_items...)
 from scale_workload import (
@@ -717,6 +717,7 @@ def subscription_counts(args: argparse.Namespace) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    exit_on_sigterm()
     if args.worker:
         worker = naive_worker if args.worker == "naive" else lxml_worker
         print(json.dumps(worker(args)))

@@ -583,6 +583,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    proctree.exit_on_sigterm()
     runs: list[ServiceRun] = []
     latency = None
     with work_folder("roses-service-", args.keep) as work:

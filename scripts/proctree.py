@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -154,3 +155,10 @@ def stop_tree(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, ``pkill``) raise SystemExit in this process, so that a
+    benchmark stopped that way stops the child it waits on (``stop_tree`` in its
+    cleanup) instead of leaving it running in its own session, spoiling later runs."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
