@@ -14,7 +14,8 @@ watermark has passed:
 * candidates: an inner join on time buckets (:class:`Slots`) and, when the predicate
   has the form ``$i1/PATH = $i2/PATH2 [and ...]`` (:mod:`roses_app.algebra.equikeys`),
   on key values too (a hash join); filtered to A or B exactly, then the whole
-  predicate (a pandas UDF) on the candidates and the combine on the matches;
+  predicate on the candidates and the combine on the matches (for a join, both in one
+  pandas UDF);
 * inner: the matches, each at max(l.ts, r.ts), max(l.seq, r.seq);
 * left, full, product: the events of both sides left-outer joined with the events the
   matches were found by (the left one of a pair in A, the right one in B): a row with
@@ -76,13 +77,48 @@ def combine_udf(query: XQuery | None, namespaces: Namespaces, on_error: ErrorHoo
     @pandas_udf("string")  # type: ignore[call-overload]
     def combine(first: pd.Series, second: pd.Series) -> pd.Series:
         pairs = list(zip(first.tolist(), second.tolist(), strict=True))
-        if query is not None:
-            from roses_app.xmlfn import combine_batch
-
-            return pd.Series(combine_batch(query, namespaces, pairs, on_error), dtype="object")
-        return pd.Series([_compose(a, b, on_error) for a, b in pairs], dtype="object")
+        return pd.Series(_pair_items(query, namespaces, pairs, on_error), dtype="object")
 
     return combine.asNondeterministic()
+
+
+def matched_udf(
+    expr: str, query: XQuery | None, namespaces: Namespaces, on_error: ErrorHook
+) -> Any:
+    """The predicate and the combine in one UDF: whether each candidate pair holds, and
+    the item of each pair that does (None: the combine gave λ).  Two UDFs in a row
+    are two Python evaluations of every batch, each with a worker of its own in every
+    task (a cold one imports our modules, pandas and pyarrow first: over a second)."""
+
+    @pandas_udf("holds boolean, item string")  # type: ignore[call-overload]
+    def matched(first: pd.Series, second: pd.Series) -> pd.DataFrame:
+        from roses_app.xmlfn import observe2_batch
+
+        pairs = list(zip(first.tolist(), second.tolist(), strict=True))
+        held = observe2_batch(expr, namespaces, pairs, on_error)
+        kept = [pair for pair, ok in zip(pairs, held, strict=True) if ok]
+        items = iter(_pair_items(query, namespaces, kept, on_error))
+        return pd.DataFrame(
+            {
+                "holds": pd.Series(held, dtype="bool"),
+                "item": pd.Series([next(items) if ok else None for ok in held], dtype="object"),
+            }
+        )
+
+    return matched.asNondeterministic()
+
+
+def _pair_items(
+    query: XQuery | None,
+    namespaces: Namespaces,
+    pairs: list[tuple[str, str]],
+    on_error: ErrorHook,
+) -> list[str | None]:
+    if query is not None:
+        from roses_app.xmlfn import combine_batch
+
+        return combine_batch(query, namespaces, pairs, on_error)
+    return [_compose(a, b, on_error) for a, b in pairs]
 
 
 def _compose(first: str, second: str, on_error: ErrorHook) -> str | None:
@@ -382,15 +418,23 @@ def _outer(pairs: DataFrame, s: Sides, gaps: tuple[Gap, Gap], kind: str) -> Data
 # -- handlers --------------------------------------------------------------------------
 
 
-def _composed(pairs: DataFrame, node: Join, ctx: LowerContext) -> DataFrame:
+def _composed(s: Sides, gaps: list[Gap], node: Join, ctx: LowerContext) -> DataFrame:
     """The matches with their event ``p_ts, p_seq, p_item`` (p_item None: the combine
     gave λ, no event; the pair is still a match)."""
-    combine = combine_udf(node.combine, ctx.namespaces, ctx.on_error(node))
+    pairs = candidates(s, gaps, equi_key(node.on), ctx, node)
+    on_error = ctx.on_error(node)
+    if node.on.strip() == TRUE:
+        item = combine_udf(node.combine, ctx.namespaces, on_error)(F.col("l_item"), F.col("r_item"))
+    else:
+        matched = matched_udf(node.on, node.combine, ctx.namespaces, on_error)
+        pairs = pairs.select("*", matched(F.col("l_item"), F.col("r_item")).alias("m"))
+        pairs = pairs.where(F.col("m.holds"))
+        item = F.col("m.item")
     return pairs.select(
-        "*",
+        *[c for c in pairs.columns if c != "m"],
         F.greatest("l_ts", "r_ts").alias("p_ts"),
         F.greatest("l_seq", "r_seq").alias("p_seq"),
-        combine(F.col("l_item"), F.col("r_item")).alias("p_item"),
+        item.alias("p_item"),
     )
 
 
@@ -399,7 +443,7 @@ def join_frame(node: Join, ctx: LowerContext) -> DataFrame:
     publication time)."""
     s = sides(node, ctx)
     gaps = (by_left(s.right_reach), by_right(s.left_reach))
-    pairs = _composed(matches(s, list(gaps), node.on, ctx, node), node, ctx)
+    pairs = _composed(s, list(gaps), node, ctx)
     if node.kind != "inner":
         return _outer(pairs, s, gaps, node.kind)
     kept = pairs.where(F.col("p_item").isNotNull())
