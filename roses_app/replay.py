@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from pathlib import Path
+from typing import TextIO
 
 import orjson
 
@@ -97,15 +98,29 @@ def _parse_line(line: str) -> tuple[str, int, bool, str | None, int | None]:
     return source, ts, iso, item, published
 
 
-def read_events(path: Path, max_future: int = DEFAULT_MAX_FUTURE) -> EventList:
-    """Read and check the whole file; all mistakes are reported together.  The line
-    order is the arrival order.  An ISO-8601 ``published`` time that cannot be one
-    (before 1990, or more than ``max_future`` µs after ``ts``) is logged and treated
-    as missing, as the daemon does; integer ticks are taken as they are."""
+def open_events(path: Path) -> TextIO:
+    """The events file, open; a file that cannot be read is a ReplayInputError."""
+    try:
+        return open(path, encoding="utf-8")
+    except OSError as exc:
+        raise ReplayInputError(
+            f"{path}: cannot read the events file ({exc.strerror or exc}); give the path "
+            "of a JSON Lines file with --events"
+        ) from exc
+
+
+def read_events(
+    path: Path, max_future: int = DEFAULT_MAX_FUTURE, opened: TextIO | None = None
+) -> EventList:
+    """Read and check the whole file (``opened``: its handle, closed here); all
+    mistakes are reported together.  The line order is the arrival order.  An
+    ISO-8601 ``published`` time that cannot be one (before 1990, or more than
+    ``max_future`` µs after ``ts``) is logged and treated as missing, as the daemon
+    does; integer ticks are taken as they are."""
     events: list[RefInput] = []
     kinds: set[bool] = set()
     problems: list[str] = []
-    with open(path, encoding="utf-8") as fh:
+    with opened or open_events(path) as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -322,14 +337,16 @@ def _read_while_spark_starts(config: Config, events_path: Path) -> EventList:
     boots in its own process, so the two overlap (a second or two of a replay)."""
     from roses_app.spark.session import build_session
 
+    opened = open_events(events_path)  # a path that cannot be read fails now, not after
     with ThreadPoolExecutor(1, thread_name_prefix="roses-read-events") as pool:
-        reading = pool.submit(read_events, events_path, config.settings.max_future)
+        reading = pool.submit(read_events, events_path, config.settings.max_future, opened)
         build_session(config.settings.spark, config.settings.data_dir / "cache")
         return reading.result()
 
 
 __all__: Sequence[str] = [
     "ReplayInputError",
+    "open_events",
     "read_events",
     "replay",
     "run_reference",

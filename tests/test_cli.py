@@ -16,7 +16,7 @@ from pathlib import Path
 import feedparser
 import pytest
 
-from roses_app.cli import build_parser, cmd_run, main
+from roses_app.cli import EXIT_FAILED, build_parser, cmd_run, main
 from roses_app.config.durations import parse_duration
 from roses_app.daemon import STOP_BATCH_SECONDS
 from roses_app.spark.session import JVM_EXIT_SECONDS
@@ -169,6 +169,28 @@ def test_replay_cli_writes_the_reference_outputs(tmp_path: Path) -> None:
         for line in (tmp_path / "topics" / "sport.jsonl").read_text().splitlines()
     ]
     assert got == [2, 4]
+
+
+@pytest.mark.parametrize("engine", ["reference", "spark"])
+def test_replay_of_an_events_file_that_cannot_be_read_says_so_before_starting_spark(
+    tmp_path: Path,
+    engine: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import roses_app.spark.session
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark started for an events file that cannot be read")
+
+    monkeypatch.setattr(roses_app.spark.session, "build_session", no_spark)
+    fixture = DATA / "replay" / "spine"
+    missing = tmp_path / "nowhere.jsonl"
+    args = ["replay", "-c", str(fixture / "feeds.yaml"), "--events", str(missing)]
+    assert main([*args, "--out", str(tmp_path / "out"), "--engine", engine]) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert f"roses: {missing}: cannot read the events file (No such file or directory)" in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.spark
