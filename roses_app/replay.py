@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 import orjson
 
@@ -64,8 +64,10 @@ def _parse_ts(value: object) -> tuple[int, bool]:
 KEYS = frozenset({"source", "ts", "item", "published"})
 
 
-def _parse_line(line: str) -> tuple[str, int, bool, str | None, int | None]:
-    """source, ts, whether ts is ISO-8601, item, published (same kind as ts)."""
+def _parse_line(line: bytes) -> tuple[str, int, bool, str | None, int | None]:
+    """source, ts, whether ts is ISO-8601, item, published (same kind as ts).  The
+    line stays bytes: orjson checks its UTF-8 too, so that a byte that is not UTF-8
+    is a mistake of its line, reported with the others."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -98,10 +100,10 @@ def _parse_line(line: str) -> tuple[str, int, bool, str | None, int | None]:
     return source, ts, iso, item, published
 
 
-def open_events(path: Path) -> TextIO:
+def open_events(path: Path) -> BinaryIO:
     """The events file, open; a file that cannot be read is a ReplayInputError."""
     try:
-        return open(path, encoding="utf-8")
+        return open(path, "rb")
     except OSError as exc:
         raise ReplayInputError(
             f"{path}: cannot read the events file ({exc.strerror or exc}); give the path "
@@ -110,7 +112,7 @@ def open_events(path: Path) -> TextIO:
 
 
 def read_events(
-    path: Path, max_future: int = DEFAULT_MAX_FUTURE, opened: TextIO | None = None
+    path: Path, max_future: int = DEFAULT_MAX_FUTURE, opened: BinaryIO | None = None
 ) -> EventList:
     """Read and check the whole file (``opened``: its handle, closed here); all
     mistakes are reported together.  The line order is the arrival order.  An

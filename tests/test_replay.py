@@ -84,20 +84,23 @@ def test_iso_times_come_back_as_iso(tmp_path: Path) -> None:
 
 def test_bad_event_lines_are_all_reported_with_their_line(tmp_path: Path) -> None:
     events = tmp_path / "bad.jsonl"
-    events.write_text(
-        '{"source": "a", "ts": 1, "item": "<item/>"}\n'
-        "not json\n"
-        '{"source": "a", "ts": 2}\n'
-        '{"source": "a", "ts": 3, "item": "<item><broken"}\n'
-        '{"source": "a", "ts": "yesterday", "item": "<item/>"}\n'
+    events.write_bytes(
+        b'{"source": "a", "ts": 1, "item": "<item/>"}\n'
+        b"not json\n"
+        b'{"source": "a", "ts": 2}\n'
+        b'{"source": "a", "ts": 3, "item": "<item><broken"}\n'
+        b'{"source": "a", "ts": "yesterday", "item": "<item/>"}\n'
+        b'{"source": "a", "ts": 6, "item": "<item>caf\xe9</item>"}\n'  # Latin-1, not UTF-8
+        b'{"source": "a", "ts": 7, "item": "<item>caf\xc3\xa9</item>"}\n'
     )
     with pytest.raises(ReplayInputError) as info:
         read_events(events)
     message = str(info.value)
-    for line in (2, 3, 4, 5):
+    for line in (2, 3, 4, 5, 6):
         assert f"bad.jsonl:{line}:" in message
-    assert "bad.jsonl:1:" not in message
+    assert "bad.jsonl:1:" not in message and "bad.jsonl:7:" not in message
     assert "missing key(s): item" in message
+    assert "bad.jsonl:6: not JSON: str is not valid UTF-8" in message
 
 
 @pytest.mark.parametrize("iso", [False, True], ids=["ticks", "iso"])
