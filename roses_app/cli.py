@@ -115,7 +115,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from roses_app.store import Store
 
     settings = config.settings
-    spark = build_session(settings.spark, settings.data_dir / "cache")
+    spark = build_session(settings.spark, settings.data_dir / "cache", finite=True)
     log_dir = settings.data_dir / "spool" / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     with Store(settings.data_dir / "store.sqlite") as store:

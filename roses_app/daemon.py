@@ -115,7 +115,9 @@ class Daemon:
 
         settings = self.config.settings
         lock = () if self.folder_lock.fd is None else (self.folder_lock.fd,)
-        spark = build_session(settings.spark, settings.data_dir / "cache", keep_fds=lock)
+        spark = build_session(
+            settings.spark, settings.data_dir / "cache", keep_fds=lock, finite=once
+        )
         if self.errors is None:
             self.errors = error_counter(spark)
         engine = Engine(

@@ -229,7 +229,9 @@ def run_spark(
     sink = MemorySink(list(config.streams))
     try:
         log_dir = work / "spool" / "log"
-        spark = build_session(config.settings.spark, config.settings.data_dir / "cache")
+        spark = build_session(
+            config.settings.spark, config.settings.data_dir / "cache", finite=True
+        )
         # Several files, so that every core gets a partition of the list.
         chunks = max(1, spark.sparkContext.defaultParallelism)
         size = -(-len(events.events) // chunks) or 1
@@ -342,7 +344,7 @@ def _read_while_spark_starts(config: Config, events_path: Path) -> EventList:
     opened = open_events(events_path)  # a path that cannot be read fails now, not after
     with ThreadPoolExecutor(1, thread_name_prefix="roses-read-events") as pool:
         reading = pool.submit(read_events, events_path, config.settings.max_future, opened)
-        build_session(config.settings.spark, config.settings.data_dir / "cache")
+        build_session(config.settings.spark, config.settings.data_dir / "cache", finite=True)
         return reading.result()
 
 

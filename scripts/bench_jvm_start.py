@@ -18,18 +18,15 @@ Figures depend on the machine (2 cores here): run it twice and quote the second 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench_service import shipped_config
-from benchlib import argument_parser
+from benchlib import argument_parser, timed, with_spark_setting
 
 ROOT = Path(__file__).resolve().parent.parent
 ROSES = [sys.executable, "-m", "roses_app.cli"]
@@ -37,38 +34,9 @@ PORT = 18_080  # in the copied config only: `roses once` serves nothing
 
 
 def with_archive(config: Path, on: bool) -> Path:
-    """A copy of ``config`` beside it with ``settings.spark.class_archive`` set (a line
-    edit: a YAML round trip would turn the joins' ``on:`` keys into booleans)."""
-    lines = config.read_text().splitlines()
-    value = "true" if on else "false"
-    spark = [i for i, line in enumerate(lines) if re.match(r"\s+spark: \{.*\}\s*$", line)]
-    if spark:
-        i = spark[0]
-        lines[i] = lines[i].rstrip()[:-1].rstrip() + f", class_archive: {value}}}"
-    else:
-        start = next((i for i, line in enumerate(lines) if line == "settings:"), None)
-        if start is None:  # a one-line mapping, or none
-            flow = [i for i, line in enumerate(lines) if line.startswith("settings: {")]
-            if not flow:
-                raise SystemExit(f"{config}: no settings block to edit")
-            i = flow[0]
-            lines[i] = lines[i].replace("{", f"{{spark: {{class_archive: {value}}}, ", 1)
-        else:
-            lines.insert(start + 1, f"  spark: {{class_archive: {value}}}")
-    copy = config.with_name(f"feeds-{'on' if on else 'off'}.yaml")
-    copy.write_text("\n".join(lines) + "\n")
-    return copy
-
-
-def timed(command: Sequence[str], cwd: Path, env: dict[str, str], data: Path | None) -> float:
-    if data is not None:
-        shutil.rmtree(data, ignore_errors=True)
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    took = time.perf_counter() - start
-    if done.returncode not in (0, 1):  # once: 1 is "a source failed" (none here)
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    return took
+    """A copy of ``config`` beside it with ``settings.spark.class_archive`` set."""
+    value, name = ("true", "feeds-on.yaml") if on else ("false", "feeds-off.yaml")
+    return with_spark_setting(config, f"class_archive: {value}", name)
 
 
 def cases(work: Path, fixture: str, once: bool) -> dict[str, tuple[list[str], Path, Path | None]]:

@@ -6,10 +6,12 @@ folder on sys.path)."""
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -66,3 +68,41 @@ def fmt(value: float | None, spec: str = "") -> str:
     if value is None:
         return "-"
     return format(value, spec or (".2f" if value < 10 else ",.1f"))
+
+
+def with_spark_setting(config: Path, entry: str, name: str) -> Path:
+    """A copy of ``config`` named ``name`` beside it, with ``entry`` (``key: value``)
+    added to ``settings.spark`` (a line edit: a YAML round trip would turn the joins'
+    ``on:`` keys into booleans)."""
+    lines = config.read_text().splitlines()
+    spark = [i for i, line in enumerate(lines) if re.match(r"\s+spark: \{.*\}\s*$", line)]
+    if spark:
+        i = spark[0]
+        lines[i] = lines[i].rstrip()[:-1].rstrip() + f", {entry}}}"
+    else:
+        start = next((i for i, line in enumerate(lines) if line == "settings:"), None)
+        if start is None:  # a one-line mapping, or none
+            flow = [i for i, line in enumerate(lines) if line.startswith("settings: {")]
+            if not flow:
+                raise SystemExit(f"{config}: no settings block to edit")
+            i = flow[0]
+            lines[i] = lines[i].replace("{", f"{{spark: {{{entry}}}, ", 1)
+        else:
+            lines.insert(start + 1, f"  spark: {{{entry}}}")
+    copy = config.with_name(name)
+    copy.write_text("\n".join(lines) + "\n")
+    return copy
+
+
+def timed(command: Sequence[str], cwd: Path, env: dict[str, str], clear: Path | None) -> float:
+    """Seconds ``command`` took (``clear``: a folder removed first, e.g. a data folder);
+    a failure ends the benchmark with its stderr (`roses once`'s 1, a source that
+    failed, is none)."""
+    if clear is not None:
+        shutil.rmtree(clear, ignore_errors=True)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return took

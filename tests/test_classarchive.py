@@ -92,6 +92,24 @@ def test_another_class_path_or_runtime_gets_another_archive_and_replaces_it(
     assert list(folder.glob("*.jsa")) == [new_java.path]  # the old one is gone
 
 
+def test_a_finite_run_compiles_with_c1_only_and_maps_the_daemons_archive(tmp_path: Path) -> None:
+    from roses_app.config.model import SparkSettings
+    from roses_app.spark.session import FINITE_JIT, session_conf
+
+    settings = SparkSettings(master="local[2]")
+    daemon, finite = session_conf(settings), session_conf(settings, finite=True)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        assert FINITE_JIT in finite[key].split() and FINITE_JIT not in daemon[key]
+    java, spark = runtime(tmp_path)
+    folder = tmp_path / "cache"
+    first = class_archive(folder, java, daemon, spark)
+    assert first is not None
+    written(first)
+    first.adopt(0)
+    # roses once after roses run maps the same archive (no rewrite, none removed)
+    assert class_archive(folder, java, finite, spark) == ClassArchive(first.path, None)
+
+
 def test_partial_archives_of_dead_processes_are_removed(tmp_path: Path) -> None:
     java, spark = runtime(tmp_path)
     folder = tmp_path / "cache"

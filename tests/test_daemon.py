@@ -237,3 +237,30 @@ def test_sources_are_polled_while_the_engine_starts(tmp_path: Path) -> None:
     runner.join(60)
     assert not runner.is_alive()
     assert spooled_at_start == [1]
+
+
+class _SparkAsked(Exception):
+    """Raised by the stand-in for build_session: what it was asked is all we need."""
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_once_starts_a_jvm_for_a_finite_run_and_run_one_for_a_long_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, once: bool
+) -> None:
+    import roses_app.spark.session as session
+
+    asked: list[bool] = []
+
+    def build_session(*args: object, finite: bool = False, **kwargs: object) -> None:
+        asked.append(finite)
+        raise _SparkAsked
+
+    monkeypatch.setattr(session, "build_session", build_session)
+    daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
+    try:
+        with pytest.raises(_SparkAsked):
+            daemon.start_queries(once=once)
+    finally:
+        daemon.close()
+    # roses once: C1 only (its run ends before C2's code pays back); roses run: tiered
+    assert asked == [once]

@@ -6,9 +6,10 @@ and verified, mapped from one file: on 2 cores a `roses replay` of ten items wen
 10.9 s to 7.8 s (the session 4.8 s to 2.9 s, the first micro-batch 3.0 s to 2.5 s).
 
 The archive is specific to one Java runtime and one class path, so its file name is a
-fingerprint of both (and of the JVM options Spark is given, but its system properties:
-the log configuration's path differs between two checkouts sharing one virtualenv,
-and each would otherwise replace the other's archive).  Its life:
+fingerprint of both (and of the JVM options Spark is given, but its system properties
+and its JIT's: the log configuration's path differs between two checkouts sharing one
+virtualenv, a finite run compiles with C1 only, and each would otherwise replace the
+other's archive).  Its life:
 
 * none yet: the JVM runs with ``-XX:ArchiveClassesAtExit`` and writes the classes it
   loaded when it exits (once; about ten seconds more at that exit), into a file of
@@ -53,6 +54,9 @@ CONF_KEYS = (
     "spark.jars",
     "spark.jars.packages",
 )
+# options that change neither the classes loaded nor the archive's use: system
+# properties, and the JIT's (a finite run's JVM and the daemon's share one archive)
+NEUTRAL_OPTIONS = ("-D", "-XX:TieredStopAtLevel=")
 # the JVM's own log lines about the archive (to stdout) say nothing a user can act on
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
@@ -136,8 +140,8 @@ def _fingerprint(java_home: Path, base: Path, jars: Path, conf: Mapping[str, str
         parts.append(f"{jar.name}:{jar.stat().st_size}")
     for key in CONF_KEYS:
         value = conf.get(key, "")
-        if key.endswith("JavaOptions"):  # system properties (-D) load no class
-            value = " ".join(o for o in value.split() if not o.startswith("-D"))
+        if key.endswith("JavaOptions"):
+            value = " ".join(o for o in value.split() if not o.startswith(NEUTRAL_OPTIONS))
         parts.append(f"{key}={value}")
     digest.update("\n".join(parts).encode())
     return digest.hexdigest()[:16]

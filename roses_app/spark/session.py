@@ -47,12 +47,21 @@ DROPPED_JVM_LINES = (
     b"Starting Streaming TransformWithStateInPandas Python worker",
     b"Streaming TransformWithStateInPandas Python worker ",
 )
+# A finite run (once, replay, explain) compiles the JVM's hot code with C1 only: on 2
+# cores C2's compiler threads take the cores from the Python workers during a run
+# that ends before C2's code pays back (scripts/bench_jit.py: a cold 100,000-item
+# replay 1.46x faster net of its start, the start 1.19x, `roses once` 1.18x).  The
+# daemon, which runs for days, keeps tiered compilation (C1, then C2 for what stays
+# hot): warm passes in one JVM were 20 % faster tiered on bench_replay's workload.
+FINITE_JIT = "-XX:TieredStopAtLevel=1"
 JVM_EXIT_SECONDS = 30.0  # at exit, how long the JVM may take to shut down
 ARCHIVE_EXIT_SECONDS = 60.0  # the same when it writes its class archive then (~10 s)
 _silenced = threading.Event()  # set: the JVM's stderr is drained, not relayed
 
 
-def session_conf(settings: SparkSettings) -> dict[str, str]:
+def session_conf(settings: SparkSettings, *, finite: bool = False) -> dict[str, str]:
+    """Spark's settings (``finite``: for a run that ends by itself; see FINITE_JIT)."""
+    java = f"-Dlog4j.configurationFile={LOG4J_CONFIG}" + (f" {FINITE_JIT}" if finite else "")
     conf = {
         "spark.master": settings.master,
         "spark.app.name": "roses",
@@ -80,25 +89,31 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.sql.exchange.reuse": "false",
         # Adaptive execution does not apply to streaming queries (Spark warns if on).
         "spark.sql.adaptive.enabled": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
-        "spark.executor.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J_CONFIG}",
+        "spark.driver.extraJavaOptions": java,
+        "spark.executor.extraJavaOptions": java,
     }
     conf.update(dict(settings.conf))
     return conf
 
 
 def build_session(
-    settings: SparkSettings, cache_dir: Path, keep_fds: Sequence[int] = ()
+    settings: SparkSettings,
+    cache_dir: Path,
+    keep_fds: Sequence[int] = (),
+    *,
+    finite: bool = False,
 ) -> SparkSession:
     """Get or create the SparkSession, making sure a usable Java runtime is there.
 
     ``keep_fds`` are inherited by the JVM when this call starts it (the data folder
-    lock). The caller's SIGINT handler stays in place.
+    lock); ``finite``: the run ends by itself (``roses once``, ``replay``, ``explain``:
+    see FINITE_JIT), which matters only to the call that starts the JVM.  The caller's
+    SIGINT handler stays in place.
     """
     apply_java_env(cache_dir)
     # Spark binds to 127.0.0.1 and does not warn that the host name is a loopback one.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = session_conf(settings)
+    conf = session_conf(settings, finite=finite)
     archive = None
     if settings.class_archive and SparkContext._gateway is None:
         java_home = Path(os.environ["JAVA_HOME"])
