@@ -42,6 +42,10 @@ from roses_app.items import MICROS, Event, dedup_key, iso8601
 log = logging.getLogger(__name__)
 
 SPARK_SCHEMA_DDL = "source STRING, ts BIGINT, seq BIGINT, item STRING, published BIGINT, key STRING"
+# What Spark's reader of the spool asks for: a line that is not an event (a file
+# damaged on disk, say) comes whole in this column, its other columns null.
+CORRUPT_COLUMN = "_corrupt_record"
+SPARK_READ_DDL = f"{SPARK_SCHEMA_DDL}, {CORRUPT_COLUMN} STRING"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (key TEXT PRIMARY KEY);
@@ -417,7 +421,9 @@ def _dump(fh: BinaryIO, events: Sequence[Event]) -> None:
 
 
 __all__ = [
+    "CORRUPT_COLUMN",
     "MICROS",
+    "SPARK_READ_DDL",
     "SPARK_SCHEMA_DDL",
     "Spool",
     "read_file",

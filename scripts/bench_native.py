@@ -94,7 +94,7 @@ def main() -> None:
     from roses_app.replay import read_events
     from roses_app.spark.fused import fused_frame
     from roses_app.spark.session import build_session
-    from roses_app.spool import SPARK_SCHEMA_DDL, write_events
+    from roses_app.spool import SPARK_READ_DDL, write_events
 
     work = Path(tempfile.mkdtemp(prefix="roses-bench-native-"))
     generate(work / "events.jsonl", args.items)
@@ -109,7 +109,7 @@ def main() -> None:
         write_events(work / "spool" / f"e{n}.jsonl", chunk)
     streams = rewrite_streams([s.stream for s in config.streams.values()], ())
     program = build_program([(s.plan, s.name) for s in streams], ())
-    spool = spark.read.schema(SPARK_SCHEMA_DDL).json(str(work / "spool"))
+    spool = spark.read.schema(SPARK_READ_DDL).json(str(work / "spool"))
 
     runs: dict[str, Callable[[], int]] = {
         "fused": lambda: fused_frame(spool, program).toArrow().num_rows,

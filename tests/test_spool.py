@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from roses_app.items import Event
 from roses_app.spool import Spool, write_events
 
 
@@ -224,12 +225,47 @@ def test_a_read_from_a_time_skips_the_files_wholly_before_it(tmp_path: Path) -> 
         read_spool(root, since=4000)
     # files Spool did not write (times do not always grow from file to file): an
     # event at the time the next file starts is still read from that time on
-    from roses_app.items import Event
-    from roses_app.spool import write_events
-
     other = tmp_path / "other"
     write_events(other / "log" / "00000000000000000001-a.jsonl", [Event("a", 5, 1, "<i/>")])
     write_events(other / "log" / "00000000000000000002-b.jsonl", [Event("a", 7, 2, "<i/>")])
     write_events(other / "log" / "00000000000000000003-c.jsonl", [Event("a", 7, 3, "<i/>")])
     assert [e.seq for e in read_spool(other, since=7)] == [1, 2, 3]
     assert [e.seq for e in read_spool(other, since=8)] == [1, 3]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "broken",
+    [b'{"source": "F", "ts": 2\n', b'{"source": "F", "ts": "two", "seq": 9, "item": null}\n'],
+)
+def test_a_spool_line_that_is_not_an_event_is_counted_and_the_query_goes_on(
+    spark: object, tmp_path: Path, broken: bytes
+) -> None:
+    """A damaged spool file must not stop the stateless query (it would fail again on
+    every restart, on the same file); a stream added later reads up to the position."""
+    from roses_app.algebra.plan import Filter, Source, Stream
+    from roses_app.replay import MemorySink
+    from roses_app.spark.queries import await_all
+    from roses_app.spark.runner import Engine, error_counter, start_queries
+
+    def item(title: str) -> str:
+        return f"<item><title>{title}</title><guid>{title}</guid></item>"
+
+    log_dir = tmp_path / "spool" / "log"
+    write_events(log_dir / "00000000000000000001-a.jsonl", [Event("F", 1, 1, item("lava 1"))])
+    damaged = log_dir / "00000000000000000002-a.jsonl"
+    write_events(damaged, [Event("F", 2, 2, item("lava 2")), Event("F", 3, 3, item("calm"))])
+    damaged.write_bytes(broken + damaged.read_bytes())
+    lava = Stream("lava", Filter(Source("F"), "contains(title, 'lava')"))
+    every = Stream("every", Source("F"))
+    sink = MemorySink(["lava", "every"])
+    errors = error_counter(spark)  # type: ignore[arg-type]
+    engine = Engine(spark, (), log_dir, tmp_path / "data", sink, once=True, errors=errors)  # type: ignore[arg-type]
+    await_all(start_queries(engine, [lava]))
+    assert sorted(e.seq for e in sink.collected["lava"][""]) == [1, 2]
+    assert errors.value == {"spool": 1}
+    # a new stream: computed over what the query has read (up to seq 3), then live
+    write_events(log_dir / "00000000000000000004-a.jsonl", [Event("F", 4, 4, item("lava 4"))])
+    await_all(start_queries(engine, [lava, every]))
+    assert sorted(e.seq for e in sink.collected["every"][""]) == [1, 2, 3, 4]
+    assert sorted(e.seq for e in sink.collected["lava"][""]) == [1, 2, 4]

@@ -12,7 +12,9 @@ as for any ``mapInArrow``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark import Accumulator
@@ -23,8 +25,12 @@ from roses_app.algebra.program import Program, Step
 from roses_app.heap import collector_paused
 from roses_app.spark import udfs
 from roses_app.spark.registry import OUTPUT_COLUMNS
+from roses_app.spool import CORRUPT_COLUMN
 
-INPUT_COLUMNS = ("source", "ts", "seq", "item", "published")
+log = logging.getLogger(__name__)
+BAD_LINE = "spool"  # the key under which spool lines that are no event are counted
+
+INPUT_COLUMNS = ("source", "ts", "seq", "item", "published", CORRUPT_COLUMN)
 FUSED_DDL = (
     "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING,"
     " arrival BIGINT"
@@ -84,10 +90,11 @@ def fused_frame(
     *,
     presearch: bool = True,
 ) -> DataFrame:
-    """``events`` (spool rows: source, ts, seq, item) through ``program``."""
+    """``events`` (the spool read with SPARK_READ_DDL) through ``program``."""
 
     timed = any(step.kind == "source" and step.time == "published" for step in program.steps)
     hook_for = error_hooks(errors)
+    on_bad = bad_line_hook(errors)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from roses_app.xmlfn.fused import run_program
@@ -97,7 +104,9 @@ def fused_frame(
             # on, none is walked by a collection (one per batch cost 5 % of the stage)
             with collector_paused():
                 sources, ts, seq, items, published = (
-                    batch.column(name).to_pylist() for name in INPUT_COLUMNS
+                    (batch.column(name).to_pylist() for name in INPUT_COLUMNS[:5])
+                    if well_formed(batch)
+                    else events_of(batch, on_bad)
                 )
                 rows = run_program(
                     program,
@@ -114,6 +123,43 @@ def fused_frame(
             yield out
 
     return events.select(*INPUT_COLUMNS).mapInArrow(run, FUSED_DDL)
+
+
+def well_formed(batch: pa.RecordBatch) -> bool:
+    """Whether every line of the batch was an event (Arrow's null counts: no scan)."""
+    names = ("ts", "seq")
+    return batch.column(CORRUPT_COLUMN).null_count == batch.num_rows and not any(
+        batch.column(name).null_count for name in names
+    )
+
+
+def events_of(batch: pa.RecordBatch, on_bad: Callable[[str, str], None]) -> tuple[list[Any], ...]:
+    """The columns of the batch's events; each line that is not one goes to ``on_bad``
+    (its text, or what Spark read of it) and is left out."""
+    rows = zip(*(batch.column(name).to_pylist() for name in INPUT_COLUMNS), strict=True)
+    kept: list[tuple[Any, ...]] = []
+    for row in rows:
+        broken = row[5]
+        missing = [name for name, value in (("ts", row[1]), ("seq", row[2])) if value is None]
+        if broken is None and not missing:
+            kept.append(row[:5])
+        else:
+            on_bad(
+                broken or repr(row[:5]),
+                "not an event as the spool writes them" if broken else f"no {' or '.join(missing)}",
+            )
+    return tuple(list(c) for c in zip(*kept, strict=True)) if kept else ([], [], [], [], [])
+
+
+def bad_line_hook(errors: Accumulator[dict[str, int]] | None) -> Callable[[str, str], None]:
+    """Logs and counts a spool line that is not an event (the stage leaves it out)."""
+
+    def on_bad(line: str, why: str) -> None:
+        log.warning("left out a spool line that is not an event (%s): %.200s", why, line)
+        if errors is not None:
+            errors.add({BAD_LINE: 1})
+
+    return on_bad
 
 
 def no_stream() -> tuple[Column, Column]:

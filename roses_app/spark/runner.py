@@ -58,7 +58,7 @@ from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
 from roses_app.spark.session import shuffle_partitions
 from roses_app.spark.udfs import CountsParam
-from roses_app.spool import SPARK_SCHEMA_DDL, archive_of, last_archived_seq
+from roses_app.spool import CORRUPT_COLUMN, SPARK_READ_DDL, archive_of, last_archived_seq
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,8 @@ def events_stream(
 ) -> DataFrame:
     """The spool's events as a streaming DataFrame; the files of committed batches
     are moved to the spool's archive, so each trigger lists only what is new."""
-    reader = spark.readStream.schema(SPARK_SCHEMA_DDL)
+    reader = spark.readStream.schema(SPARK_READ_DDL)
+    reader = reader.option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
     reader = reader.option("maxBytesPerTrigger", max_batch_bytes)
     reader = reader.option("cleanSource", "archive")
     reader = reader.option("sourceArchiveDir", str(archive_of(log_dir)))
@@ -110,7 +111,8 @@ def spool_events(spark: SparkSession, log_dir: Path) -> DataFrame:
     """Every event of the spool, archived or not (a batch read, for backfills)."""
     archive = archive_of(log_dir)
     archive.mkdir(parents=True, exist_ok=True)
-    reader = spark.read.schema(SPARK_SCHEMA_DDL).option("recursiveFileLookup", "true")
+    reader = spark.read.schema(SPARK_READ_DDL).option("recursiveFileLookup", "true")
+    reader = reader.option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
     return reader.json([str(log_dir), str(archive)])
 
 
