@@ -120,6 +120,30 @@ def test_one_presearch_per_item_whatever_the_unions_it_is_in(monkeypatch: object
     assert len(matched) == len(events)
 
 
+def test_a_union_only_presearched_filters_read_is_not_computed(monkeypatch: object) -> None:
+    from roses_app.xmlfn.fused import Run
+
+    computed: list[int] = []
+    real_union = Run._union
+
+    def counting_union(self, n, step):  # type: ignore[no-untyped-def]
+        computed.append(n)
+        return real_union(self, n, step)
+
+    monkeypatch.setattr(Run, "_union", counting_union)  # type: ignore[attr-defined]
+    both = Union((Source("a"), Source("b")))
+    subs = [Stream(f"sub{n}", Filter(both, f"contains(title, 'w{n}')")) for n in range(4)]
+    events = [
+        RefInput("ab"[k % 2], k, k + 1, f"<item><title>w{k % 4}</title></item>") for k in range(8)
+    ]
+    assert fused_outputs(subs, events, presearch=True) == reference_outputs(subs, events)
+    assert computed == []  # each filter took the loaded items of a and b
+    # a stream of the union itself: its items are computed, and the filters still agree
+    streams = [*subs, Stream("all", both)]
+    assert fused_outputs(streams, events, presearch=True) == reference_outputs(streams, events)
+    assert len(computed) == 1
+
+
 def test_each_item_is_parsed_once_and_a_mutator_called_once_per_batch(monkeypatch: object) -> None:
     from roses_app.xmlfn import fused, xquery
 

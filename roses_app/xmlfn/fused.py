@@ -113,6 +113,10 @@ class Compiled:
     # presearcher for all of them, each with the sources its input holds
     raw: Presearcher[int] | None = None
     raw_sources: dict[int, frozenset[str]] = field(default_factory=dict)
+    # unions whose items no step reads (only filters of ``raw``, which take the loaded
+    # items): not computed (a subscription per union of sources built a dict per
+    # item and union, 7 % of the stage at ten thousand subscriptions)
+    unread: frozenset[int] = frozenset()
     # those filters that are a program output read by no step -> that output's index:
     # an item the presearcher accepts goes straight to the output (ten thousand
     # subscriptions: no per-filter dict of rows is built and read back)
@@ -158,6 +162,7 @@ def _compile(program: Program, presearch: bool) -> Compiled:
         out.direct = _direct_outputs(program, out.raw_sources)
         if out.raw_sources:
             out.raw = Presearcher({f: program.steps[f].arg for f in out.raw_sources}, ns)
+            out.unread = _unread_unions(program, frozenset(out.raw_sources))
         for read, filters in readers.items():
             out.presearchers[read] = Presearcher({f: program.steps[f].arg for f in filters}, ns)
             out.searched[read] = filters
@@ -172,6 +177,23 @@ def _direct_outputs(program: Program, raw: dict[int, frozenset[str]]) -> dict[in
     for index, (n, _) in enumerate(program.outputs):
         at.setdefault(n, []).append(index)
     return {n: at[n][0] for n in raw if n not in read and len(at.get(n, ())) == 1}
+
+
+def _unread_unions(program: Program, raw: frozenset[int]) -> frozenset[int]:
+    """The union steps that are no output and whose readers are all filters of
+    ``raw`` or such unions (steps come after the steps they read)."""
+    readers: dict[int, list[int]] = {}
+    for n, step in enumerate(program.steps):
+        for read in step.inputs:
+            readers.setdefault(read, []).append(n)
+    outputs = {n for n, _ in program.outputs}
+    unread: set[int] = set()
+    for n in reversed(range(len(program.steps))):
+        mine = readers.get(n, [])
+        union = program.steps[n].kind == "union" and n not in outputs and mine
+        if union and all(r in raw or r in unread for r in mine):
+            unread.add(n)
+    return frozenset(unread)
 
 
 def _pure_steps(program: Program) -> dict[int, frozenset[str]]:
@@ -239,7 +261,11 @@ class Run:
         if step.kind == "source":
             return
         if step.kind == "union":
-            self._union(n, step)
+            if n not in self.code.unread:
+                self._union(n, step)
+            return
+        if self.code.raw is not None and n in self.code.raw_sources:
+            self._filter(n, step, {})  # it takes the loaded items, not its input's
             return
         upstream = self.values.get(step.inputs[0])
         if not upstream:
