@@ -114,8 +114,8 @@ class Compiled:
     raw: Presearcher[int] | None = None
     raw_sources: dict[int, frozenset[str]] = field(default_factory=dict)
     # unions whose items no step reads (only filters of ``raw``, which take the loaded
-    # items): not computed (a subscription per union of sources built a dict per
-    # item and union, 7 % of the stage at ten thousand subscriptions)
+    # items): not computed (subscriptions to unions of sources built a dict per item
+    # and union that nothing read)
     unread: frozenset[int] = frozenset()
     # those filters that are a program output read by no step -> that output's index:
     # an item the presearcher accepts goes straight to the output (ten thousand
