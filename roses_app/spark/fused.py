@@ -30,7 +30,8 @@ from roses_app.spool import CORRUPT_COLUMN
 log = logging.getLogger(__name__)
 BAD_LINE = "spool"  # the key under which spool lines that are no event are counted
 
-INPUT_COLUMNS = ("source", "ts", "seq", "item", "published", CORRUPT_COLUMN)
+SPOOL_COLUMNS = ("source", "ts", "seq", "item", "published")
+INPUT_COLUMNS = (*SPOOL_COLUMNS, CORRUPT_COLUMN)  # the column is null on an event
 FUSED_DDL = (
     "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING,"
     " arrival BIGINT"
@@ -104,7 +105,7 @@ def fused_frame(
             # on, none is walked by a collection (one per batch cost 5 % of the stage)
             with collector_paused():
                 sources, ts, seq, items, published = (
-                    (batch.column(name).to_pylist() for name in INPUT_COLUMNS[:5])
+                    (batch.column(name).to_pylist() for name in SPOOL_COLUMNS)
                     if well_formed(batch)
                     else events_of(batch, on_bad)
                 )
@@ -127,9 +128,8 @@ def fused_frame(
 
 def well_formed(batch: pa.RecordBatch) -> bool:
     """Whether every line of the batch was an event (Arrow's null counts: no scan)."""
-    names = ("ts", "seq")
     return batch.column(CORRUPT_COLUMN).null_count == batch.num_rows and not any(
-        batch.column(name).null_count for name in names
+        batch.column(name).null_count for name in ("ts", "seq")
     )
 
 
@@ -138,17 +138,18 @@ def events_of(batch: pa.RecordBatch, on_bad: Callable[[str, str], None]) -> tupl
     (its text, or what Spark read of it) and is left out."""
     rows = zip(*(batch.column(name).to_pylist() for name in INPUT_COLUMNS), strict=True)
     kept: list[tuple[Any, ...]] = []
-    for row in rows:
-        broken = row[5]
-        missing = [name for name, value in (("ts", row[1]), ("seq", row[2])) if value is None]
+    for *event, broken in rows:
+        missing = [name for name, value in (("ts", event[1]), ("seq", event[2])) if value is None]
         if broken is None and not missing:
-            kept.append(row[:5])
+            kept.append(tuple(event))
         else:
             on_bad(
-                broken or repr(row[:5]),
+                broken or repr(tuple(event)),
                 "not an event as the spool writes them" if broken else f"no {' or '.join(missing)}",
             )
-    return tuple(list(c) for c in zip(*kept, strict=True)) if kept else ([], [], [], [], [])
+    if not kept:
+        return tuple([] for _ in SPOOL_COLUMNS)
+    return tuple(list(column) for column in zip(*kept, strict=True))
 
 
 def bad_line_hook(errors: Accumulator[dict[str, int]] | None) -> Callable[[str, str], None]:
