@@ -144,6 +144,33 @@ def test_a_union_only_presearched_filters_read_is_not_computed(monkeypatch: obje
     assert len(computed) == 1
 
 
+def test_items_of_a_source_no_presearched_filter_reads_are_not_matched(
+    monkeypatch: object,
+) -> None:
+    from roses_app.xmlfn.presearch import Presearcher
+
+    matched: list[str] = []
+    real_match = Presearcher.match
+
+    def counting_match(self, item):  # type: ignore[no-untyped-def]
+        matched.append(item.findtext("title"))
+        return real_match(self, item)
+
+    monkeypatch.setattr(Presearcher, "match", counting_match)  # type: ignore[attr-defined]
+    streams = [
+        Stream("on_a", Filter(Source("a"), "contains(title, 'w1')")),
+        Stream("on_a_or_b", Filter(Union((Source("a"), Source("b"))), "contains(title, 'w2')")),
+        Stream("all", Union((Source("a"), Source("b"), Source("c")))),
+    ]
+    events = [
+        RefInput("abc"[k % 3], k, k + 1, f"<item><title>w{k % 4} {k}</title></item>")
+        for k in range(12)
+    ]
+    assert fused_outputs(streams, events, presearch=True) == reference_outputs(streams, events)
+    # one match per item of a or b; c's items reach a stream, but no filter reads c
+    assert sorted(matched) == sorted(f"w{k % 4} {k}" for k in range(12) if k % 3 != 2)
+
+
 def test_each_item_is_parsed_once_and_a_mutator_called_once_per_batch(monkeypatch: object) -> None:
     from roses_app.xmlfn import fused, xquery
 
