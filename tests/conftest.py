@@ -30,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), every test on the shared SparkSession
+    goes to one worker: one session JVM for the run, not one per worker.  The daemons,
+    clusters and the fast tests are shared out between the workers; while one worker
+    waits on Spark, the other has a core."""
+    for item in items:
+        uses_session = "spark" in getattr(item, "fixturenames", ())
+        if uses_session or item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.hookimpl(tryfirst=True)  # before the fixtures: a skipped test starts nothing
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("requires"):
