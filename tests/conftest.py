@@ -32,9 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``), every test on the shared SparkSession
-    goes to one worker: one session JVM for the run, not one per worker.  The daemons,
-    clusters and the fast tests are shared out between the workers; while one worker
-    waits on Spark, the other has a core."""
+    or marked ``spark`` goes to one worker: one session JVM for the run, not one per
+    worker.  The daemons and the fast tests are shared out between the workers; while
+    one worker waits on Spark, the other has a core."""
     for item in items:
         uses_session = "spark" in getattr(item, "fixturenames", ())
         if uses_session or item.get_closest_marker("spark") is not None:
