@@ -32,6 +32,7 @@ BAD_LINE = "spool"  # the key under which spool lines that are no event are coun
 
 SPOOL_COLUMNS = ("source", "ts", "seq", "item", "published")
 INPUT_COLUMNS = (*SPOOL_COLUMNS, CORRUPT_COLUMN)  # the column is null on an event
+REQUIRED_COLUMNS = ("ts", "seq")  # null in a line that is not an event: no order without them
 FUSED_DDL = (
     "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING,"
     " arrival BIGINT"
@@ -129,7 +130,7 @@ def fused_frame(
 def well_formed(batch: pa.RecordBatch) -> bool:
     """Whether every line of the batch was an event (Arrow's null counts: no scan)."""
     return batch.column(CORRUPT_COLUMN).null_count == batch.num_rows and not any(
-        batch.column(name).null_count for name in ("ts", "seq")
+        batch.column(name).null_count for name in REQUIRED_COLUMNS
     )
 
 
@@ -139,7 +140,11 @@ def events_of(batch: pa.RecordBatch, on_bad: Callable[[str, str], None]) -> tupl
     rows = zip(*(batch.column(name).to_pylist() for name in INPUT_COLUMNS), strict=True)
     kept: list[tuple[Any, ...]] = []
     for *event, broken in rows:
-        missing = [name for name, value in (("ts", event[1]), ("seq", event[2])) if value is None]
+        missing = [
+            name
+            for name, value in zip(SPOOL_COLUMNS, event, strict=True)
+            if value is None and name in REQUIRED_COLUMNS
+        ]
         if broken is None and not missing:
             kept.append(tuple(event))
         else:
