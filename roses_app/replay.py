@@ -12,6 +12,7 @@ Both engines write identical files.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -212,42 +213,53 @@ class MemorySink:
         return removed
 
 
+def spool_log(work: Path) -> Path:
+    """Where a replay working in ``work`` spools its events for Spark."""
+    return work / "spool" / "log"
+
+
+def write_spool(work: Path, events: Sequence[RefInput], files: int) -> None:
+    """Spool ``events`` for Spark in ``files`` files (one per core: Spark reads each
+    file as a partition at least, and cuts larger ones to fill the cores)."""
+    from roses_app.spool import write_events
+
+    size = -(-len(events) // max(1, files)) or 1
+    with collector_paused():  # an Event per event, no cycle among them
+        for n in range(0, max(len(events), 1), size):
+            write_events(
+                spool_log(work) / f"events-{n:012d}.jsonl",
+                [Event(e.source, e.ts, e.seq, e.item, e.published) for e in events[n : n + size]],
+            )
+
+
 def run_spark(
     config: Config,
     events: EventList,
     work_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    *,
+    spooled: Path | None = None,
 ) -> Outputs:
     """Evaluate through the Spark engine: the same queries the daemon runs (with
-    ``progress``, a line of what they have done about every second)."""
+    ``progress``, a line of what they have done about every second).  ``spooled``: a
+    folder where :func:`write_spool` has already written ``events`` (the caller
+    removes it); else the events are spooled in a new folder under ``work_dir``."""
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, start_queries
     from roses_app.spark.session import build_session
-    from roses_app.spool import write_events
 
-    work = Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
+    work = spooled or Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
     sink = MemorySink(list(config.streams))
     try:
-        log_dir = work / "spool" / "log"
         spark = build_session(
             config.settings.spark, config.settings.data_dir / "cache", finite=True
         )
-        # Several files, so that every core gets a partition of the list.
-        chunks = max(1, spark.sparkContext.defaultParallelism)
-        size = -(-len(events.events) // chunks) or 1
-        with collector_paused():  # an Event per event, no cycle among them
-            for n in range(0, max(len(events.events), 1), size):
-                write_events(
-                    log_dir / f"events-{n:012d}.jsonl",
-                    [
-                        Event(e.source, e.ts, e.seq, e.item, e.published)
-                        for e in events.events[n : n + size]
-                    ],
-                )
+        if spooled is None:
+            write_spool(work, events.events, spark.sparkContext.defaultParallelism)
         engine = Engine(
             spark,
             config.settings.namespaces,
-            log_dir,
+            spool_log(work),
             work,
             sink,
             once=True,
@@ -256,7 +268,8 @@ def run_spark(
         running = start_queries(engine, [stream.stream for stream in config.streams.values()])
         await_all(running, progress, total_events=len(events.events))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if spooled is None:
+            shutil.rmtree(work, ignore_errors=True)
     collected = sink.collected
     for name, stream in config.streams.items():
         if not isinstance(stream.plan, Split):
@@ -329,21 +342,35 @@ def replay(
     if engine == "spark":
         # The driver only holds events and rows (no cycles among them): collections
         # walking them cost a 100,000-item replay at 10,000 streams 2 s.
-        with collector_paused():
-            events = _read_while_spark_starts(config, events_path)
-            outputs = run_spark(config, events, progress=progress)
-            return write_outputs(outputs, out_dir, events.iso_times)
+        work = Path(tempfile.mkdtemp(prefix="roses-replay-"))
+        try:
+            with collector_paused():
+                events = _read_while_spark_starts(config, events_path, work)
+                outputs = run_spark(config, events, progress=progress, spooled=work)
+                return write_outputs(outputs, out_dir, events.iso_times)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
 
 
-def _read_while_spark_starts(config: Config, events_path: Path) -> EventList:
-    """The events, read and checked in a thread while this one starts Spark: the JVM
-    boots in its own process, so the two overlap (a second or two of a replay)."""
+def _read_while_spark_starts(config: Config, events_path: Path, work: Path) -> EventList:
+    """The events, read, checked and spooled in ``work`` by a thread while this one
+    starts Spark: the JVM boots in its own process, so the two overlap (a second or
+    two of a replay, and the spool's writing too)."""
     from roses_app.spark.session import build_session
 
     opened = open_events(events_path)  # a path that cannot be read fails now, not after
+    # one file per core of this machine, as for a local master; Spark cuts the files
+    # into more partitions when it has more cores (JSON Lines can be split)
+    files = os.cpu_count() or 1
+
+    def read_and_spool() -> EventList:
+        events = read_events(events_path, config.settings.max_future, opened)
+        write_spool(work, events.events, files)
+        return events
+
     with ThreadPoolExecutor(1, thread_name_prefix="roses-read-events") as pool:
-        reading = pool.submit(read_events, events_path, config.settings.max_future, opened)
+        reading = pool.submit(read_and_spool)
         build_session(config.settings.spark, config.settings.data_dir / "cache", finite=True)
         return reading.result()
 
@@ -355,5 +382,7 @@ __all__: Sequence[str] = [
     "replay",
     "run_reference",
     "run_spark",
+    "spool_log",
     "write_outputs",
+    "write_spool",
 ]
