@@ -176,3 +176,82 @@ def test_a_syntax_error_keeps_pyyaml_s_message_and_line() -> None:
     # libyaml finds it first; the message shown is PyYAML's, which the tests above pin
     assert problems and problems[0][1].startswith("YAML syntax error: ")
     assert "while parsing a flow sequence" in problems[0][1]
+
+
+def _deep(levels: int) -> str:
+    """A file whose deepest value is ``levels`` deep (the top mapping is 1)."""
+    return "a: " + "[" * (levels - 2) + "1" + "]" * (levels - 2) + "\n"
+
+
+TRICKY = {
+    "duplicate key": "streams:\n  a: 1\n  a: 2\n",
+    "unknown tag": "streams: !thing {a: 1}\n",
+    "bad values": "a: !!int twelve\nb: !!float x\nc: !!bool maybe\nd: !!timestamp day\n",
+    "inline merge": "a: {<<: {x: 1, y: 2}, y: 3}\n",
+    "complex key": "? [a, b]\n: 1\n",
+    "anchor, no alias": "a: &one {x: 1}\nb: 2\n",
+    "alias": "a: &one {x: 1}\nb: *one\n",
+    "merged alias": "base: &b {x: 1}\nc: {<<: *b, y: 2}\n",
+    "alias as key": "a: &k name\n*k : 2\n",
+    "key as alias target": "&k name : 1\nb: *k\n",
+    "recursive alias": "a: &r [1, *r]\n",
+    "empty": "",
+    "blank": "\n\n",
+    "syntax error": "a: [1, 2\nb: 3\n",
+    "199 levels": _deep(199),
+    "200 levels": _deep(200),
+    "201 levels": _deep(201),
+}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [*TRICKY.values(), *(p.read_text(encoding="utf-8") for p in CONFIGS)],
+    ids=[*TRICKY, *(str(p.relative_to(REPO)) for p in CONFIGS)],
+)
+def test_libyaml_s_composer_reads_files_with_no_alias_as_the_counting_composer(text: str) -> None:
+    """libyaml composes a file with no alias: the same values, lines and problems as
+    the composer that counts aliases and nesting, which still reads every other file."""
+    from roses_app.config import yamlmarks
+
+    fast_problems: list[tuple[int, str]] = []
+    fast = load(text, lambda line, message: fast_problems.append((line, message)))
+    counted_problems: list[tuple[int, str]] = []
+    counted = yamlmarks._load_counted(text, lambda *problem: counted_problems.append(problem))
+    assert _flat(fast) == _flat(counted)
+    assert fast_problems == counted_problems
+
+
+def test_only_files_with_an_alias_or_too_deep_are_composed_by_the_counting_composer(
+    monkeypatch: Any,
+) -> None:
+    from roses_app.config import yamlmarks
+
+    counted: list[str] = []
+    real = yamlmarks._load_counted
+    monkeypatch.setattr(
+        yamlmarks, "_load_counted", lambda text, report: counted.append(text) or real(text, report)
+    )
+    shipped = (REPO / "feeds.yaml").read_text(encoding="utf-8")
+    assert load(shipped, lambda *problem: None) is not None
+    assert load(TRICKY["200 levels"], lambda *problem: None) is not None
+    assert counted == []  # composed by libyaml
+    problems: list[tuple[int, str]] = []
+    for name in ("alias", "alias as key", "key as alias target", "201 levels"):
+        load(TRICKY[name], lambda *problem: problems.append(problem))
+    assert counted == [
+        TRICKY[n] for n in ("alias", "alias as key", "key as alias target", "201 levels")
+    ]
+    assert len(problems) == 1 and "nested more than 200 deep" in problems[0][1]
+
+
+def test_a_value_its_explicit_tag_does_not_fit_is_reported_at_its_line() -> None:
+    problems: list[tuple[int, str]] = []
+    tree = load(TRICKY["bad values"], lambda *problem: problems.append(problem))
+    assert tree is not None and tree.value["a"].value is None
+    assert problems == [
+        (1, "cannot read the value of a: 'twelve' is not a valid !!int"),
+        (2, "cannot read the value of b: 'x' is not a valid !!float"),
+        (3, "cannot read the value of c: 'maybe' is not a valid !!bool"),
+        (4, "cannot read the value of d: 'day' is not a valid !!timestamp"),
+    ]
