@@ -151,14 +151,15 @@ class Daemon:
         await_all(self.queries, progress)
         self.spool.compact()
         out = export_dir or self.config.settings.data_dir / "public"
-        written = export_static(self.config, self.store, out)
+        exported = export_static(self.config, self.store, out)
         return {
             "sources": len(results),
             "failed_sources": len(failed),
             "sources_in_backoff": len(backing_off),
             "items_spooled": self.counters["items_spooled"],
             "rows_written": self.store.written["rows"],
-            "files_written": len(written),
+            "files_written": len(exported.files) - exported.unchanged,
+            "files_unchanged": exported.unchanged,
         }
 
     def run(self, stop: threading.Event) -> None:

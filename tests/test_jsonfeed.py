@@ -267,7 +267,7 @@ def test_index_opml_and_export_list_json_feeds(env: Env, tmp_path: Path) -> None
     assert xml_urls("/feeds.opml") == [f"{base}/feeds/news.rss", f"{base}/feeds/topics/Climate.rss"]
 
     out = tmp_path / "public"
-    written = export_static(env.config, env.store, out)
+    written = export_static(env.config, env.store, out).files
     assert out / "feeds" / "news.json" in written
     exported = json.loads((out / "feeds" / "news.json").read_text("utf-8"))
     check_json_feed(exported)

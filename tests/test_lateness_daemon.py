@@ -108,7 +108,7 @@ def test_a_late_item_updates_its_day_in_place_and_a_too_late_one_goes_to_the_lat
 
     daemon = Daemon(load_config(tmp_path / "feeds.yaml"))
     try:
-        written = export_static(daemon.config, daemon.store, tmp_path / "public")
+        written = export_static(daemon.config, daemon.store, tmp_path / "public").files
     finally:
         daemon.close()
     names = {p.relative_to(tmp_path / "public").as_posix() for p in written}
