@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from roses_app.config import load_config
+from roses_app.config.model import Config
 from roses_app.items import MICROS
 from roses_app.publish.export import export_static
 from roses_app.store import OutRow, Store
@@ -34,11 +35,16 @@ def write_config(folder: Path) -> Path:
     return path
 
 
-def test_a_second_export_rewrites_only_the_feeds_that_changed(tmp_path: Path) -> None:
+def published(tmp_path: Path) -> tuple[Config, Store, Path]:
+    """The config, a store where both feeds have an item, and the export folder."""
     config = load_config(write_config(tmp_path))
     store = Store(tmp_path / "store.sqlite")
     store.write_batch("q", 0, [OutRow(s, "", T0, 1, item(1)) for s in ("news", "quiet")])
-    out = tmp_path / "public"
+    return config, store, tmp_path / "public"
+
+
+def test_a_second_export_rewrites_only_the_feeds_that_changed(tmp_path: Path) -> None:
+    config, store, out = published(tmp_path)
     first = export_static(config, store, out)
     names = {p.relative_to(out).as_posix() for p in first.files}
     assert {"feeds/news.rss", "feeds/quiet.atom", "feeds.opml", "index.html"} <= names
@@ -63,10 +69,7 @@ def test_a_second_export_rewrites_only_the_feeds_that_changed(tmp_path: Path) ->
 
 
 def test_a_document_edited_or_removed_by_hand_is_written_again(tmp_path: Path) -> None:
-    config = load_config(write_config(tmp_path))
-    store = Store(tmp_path / "store.sqlite")
-    store.write_batch("q", 0, [OutRow(s, "", T0, 1, item(1)) for s in ("news", "quiet")])
-    out = tmp_path / "public"
+    config, store, out = published(tmp_path)
     first = export_static(config, store, out)
     rss = out / "feeds" / "news.rss"
     body = rss.read_bytes()
