@@ -186,7 +186,9 @@ def _deep(levels: int) -> str:
 TRICKY = {
     "duplicate key": "streams:\n  a: 1\n  a: 2\n",
     "unknown tag": "streams: !thing {a: 1}\n",
-    "bad values": "a: !!int twelve\nb: !!float x\nc: !!bool maybe\nd: !!timestamp day\n",
+    "bad values": (
+        "a: !!int twelve\nb: !!float x\nc: !!bool maybe\nd: !!timestamp day\ne: 2024-13-45\n"
+    ),
     "inline merge": "a: {<<: {x: 1, y: 2}, y: 3}\n",
     "complex key": "? [a, b]\n: 1\n",
     "anchor, no alias": "a: &one {x: 1}\nb: 2\n",
@@ -249,9 +251,11 @@ def test_a_value_its_explicit_tag_does_not_fit_is_reported_at_its_line() -> None
     problems: list[tuple[int, str]] = []
     tree = load(TRICKY["bad values"], lambda *problem: problems.append(problem))
     assert tree is not None and tree.value["a"].value is None
+    advice = "put it in quotes to keep it as text"
     assert problems == [
-        (1, "cannot read the value of a: 'twelve' is not a valid !!int"),
-        (2, "cannot read the value of b: 'x' is not a valid !!float"),
-        (3, "cannot read the value of c: 'maybe' is not a valid !!bool"),
-        (4, "cannot read the value of d: 'day' is not a valid !!timestamp"),
+        (1, f"cannot read the value of a: 'twelve' is not a valid int; {advice}"),
+        (2, f"cannot read the value of b: 'x' is not a valid float; {advice}"),
+        (3, f"cannot read the value of c: 'maybe' is not a valid bool; {advice}"),
+        (4, f"cannot read the value of d: 'day' is not a valid timestamp; {advice}"),
+        (5, f"cannot read the value of e: '2024-13-45' is not a valid timestamp; {advice}"),
     ]

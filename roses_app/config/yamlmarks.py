@@ -367,8 +367,10 @@ class _Converter:
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
         except (ValueError, KeyError, AttributeError):
-            # PyYAML's constructors on a value its explicit tag does not fit (!!int x)
-            problem = f"{node.value!r} is not a valid !!{node.tag.rsplit(':', 1)[-1]}"
+            # PyYAML's constructors on a value its tag does not fit: written (!!int x)
+            # or resolved (2024-13-45 looks like a date)
+            kind = node.tag.rsplit(":", 1)[-1]
+            problem = f"{node.value!r} is not a valid {kind}; put it in quotes to keep it as text"
         if problem is not None:
             self.report(line, f"cannot read the value of {path or 'the document'}: {problem}")
             value = None
