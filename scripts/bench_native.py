@@ -7,6 +7,10 @@ item (``from_xml``), with no Python worker, instead of the fused Python stage (l
 the presearcher).  On the same spool and in one run it times, as batch jobs:
 
 * ``fused``: the fused stage as ROSES runs it (``spark.fused.fused_frame``);
+* ``pass-through``: the same ``mapInArrow`` with a function that parses nothing and
+  hands every event back as an output row (the stage's schema): what Spark's reading
+  of the spool, the Arrow transfers to and from the Python workers and the collection
+  cost by themselves, the floor of any stage run in Python workers;
 * ``jvm parse``: Spark's parse of the two fields alone (a lower bound of any JVM path);
 * ``jvm``: parse, filter and split as Catalyst expressions, the rows collected;
 * ``jvm exact``: the same with the checks Spark's values need to equal lxml's, as
@@ -26,9 +30,10 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 from bench_replay import CONFIGS, HEAD, generate
 from benchlib import argument_parser
 
@@ -72,6 +77,24 @@ def jvm_frame(events: object, *, exact: bool, collect: bool = True) -> object:
     return rows.where(F.col("e.o").isNotNull() & F.col("e.p").isNotNull())
 
 
+def pass_through(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Every event as an output row of the fused stage's schema, nothing parsed."""
+    from roses_app.spark.fused import FUSED_SCHEMA
+
+    for batch in batches:
+        n = batch.num_rows
+        columns = {
+            "outputs": pa.array([[0]] * n, pa.list_(pa.int32())),
+            "part": pa.array([""] * n, pa.string()),
+            "ts": batch.column("ts"),
+            "seq": batch.column("seq"),
+            "item": batch.column("item"),
+            "guid": pa.nulls(n, pa.string()),
+            "arrival": batch.column("ts"),
+        }
+        yield pa.RecordBatch.from_arrays(list(columns.values()), schema=FUSED_SCHEMA)
+
+
 def timed(run: Callable[[], int], repeat: int) -> tuple[float, int]:
     best, rows = float("inf"), 0
     for _ in range(repeat):
@@ -92,7 +115,7 @@ def main() -> None:
     from roses_app.config import load_config
     from roses_app.items import Event
     from roses_app.replay import read_events
-    from roses_app.spark.fused import fused_frame
+    from roses_app.spark.fused import FUSED_DDL, INPUT_COLUMNS, fused_frame
     from roses_app.spark.session import build_session
     from roses_app.spool import SPARK_READ_DDL, write_events
 
@@ -113,6 +136,9 @@ def main() -> None:
 
     runs: dict[str, Callable[[], int]] = {
         "fused": lambda: fused_frame(spool, program).toArrow().num_rows,
+        "pass-through": lambda: (
+            spool.select(*INPUT_COLUMNS).mapInArrow(pass_through, FUSED_DDL).toArrow().num_rows
+        ),
         "jvm parse": lambda: jvm_frame(spool, exact=False, collect=False).count(),  # type: ignore[attr-defined]
         "jvm": lambda: jvm_frame(spool, exact=False).toArrow().num_rows,  # type: ignore[attr-defined]
         "jvm exact": lambda: jvm_frame(spool, exact=True).toArrow().num_rows,  # type: ignore[attr-defined]
