@@ -151,7 +151,7 @@ def main() -> None:
         seconds, rows = timed(run, args.repeat)
         base = base or seconds
         print(
-            f"{name:>10}: {seconds:6.2f}s = {args.items / seconds:9.0f} items/s, "
+            f"{name:>12}: {seconds:6.2f}s = {args.items / seconds:9.0f} items/s, "
             f"{rows} rows, {base / seconds:4.2f}x the fused stage"
         )
 
