@@ -16,6 +16,7 @@ from pathlib import Path
 from roses_app.config import format_problems, load_config
 from roses_app.config.model import Config
 from roses_app.errors import ConfigError, RosesError
+from roses_app.heap import no_collection_at_exit
 
 log = logging.getLogger("roses")
 
@@ -297,5 +298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
+def entry() -> int:
+    """The ``roses`` program: :func:`main`, then an exit without the collector's
+    last pass over the objects the command made."""
+    code = main()
+    no_collection_at_exit()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -33,6 +33,7 @@ from roses_app.errors import RosesError
 from roses_app.heap import collector_paused
 from roses_app.items import Event, iso8601, iso_micros, parse_item, safe_filename
 from roses_app.store import OutRow, RowLike
+from roses_app.writes import ParallelWrites
 
 log = logging.getLogger(__name__)
 
@@ -292,14 +293,14 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     # making them, and a look-up by a plain int costs less than by (ts, id)
     lines: dict[int, tuple[int, bytes]] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    with collector_paused():
+    with collector_paused(), ParallelWrites[int]() as writes:
         for stream, parts in outputs.items():
             if any(parts):
                 (out_dir / stream).mkdir(parents=True, exist_ok=True)
             for part, events in sorted(parts.items()):
                 name = f"{stream}.jsonl" if part == "" else f"{stream}/{safe_filename(part)}.jsonl"
                 path = out_dir / name
-                path.write_bytes(_joined(events, lines, iso_times))
+                writes.submit(path.write_bytes, _joined(events, lines, iso_times))
                 written.append(path)
             if not parts:
                 (out_dir / stream).mkdir(parents=True, exist_ok=True)
