@@ -216,3 +216,35 @@ def came_from(item: etree._Element) -> str:
     """Which test file a published item came from (by its guid)."""
     guid = item.findtext("guid") or ""
     return "hostile_subject.eml" if "hostile-1@example.org" in guid else "hostile_titles.xml"
+
+
+def test_an_item_in_many_feeds_and_formats_is_whole_in_each() -> None:
+    # the sanitized item is kept (once per item and time) for every feed and format
+    # that shows it: each document must still get an element of its own
+    item = (
+        "<item><title>Lava &amp; ash</title><link>https://ok.example/x</link>"
+        "<description>&lt;b&gt;hot&lt;/b&gt;&lt;script&gt;alert(1)&lt;/script&gt;</description>"
+        "</item>"
+    )
+    first = render_rss(FEED, [entry(item)])
+    for _ in range(2):
+        assert render_rss(FEED, [entry(item)]) == first
+        twice = etree.fromstring(render_atom(FEED, [entry(item), entry(item)]))
+        titles = [e.findtext(f"{A}title") for e in twice.findall(f"{A}entry")]
+        assert titles == ["Lava & ash", "Lava & ash"]
+        assert not DANGER.search(etree.tostring(twice))
+
+
+def test_a_malformed_stored_item_is_skipped_and_reported_for_each_feed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    good = entry("<item><title>fine</title></item>", 2)
+    for stream in ("a", "b"):
+        bad = StoredEntry(stream, "", "g1", 1, 1, "<item><title>broken</item>", 0.0, 0.0)
+        channel = etree.fromstring(render_rss(FEED, [bad, good])).find("channel")
+        assert channel is not None
+        assert [i.findtext("title") for i in channel.findall("item")] == ["fine"]
+    reported = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(reported) == 2
+    assert "'a'" in reported[0] and "'b'" in reported[1]
+    assert "mismatch" in reported[1]  # lxml's reason, kept with the item
