@@ -293,7 +293,7 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     # making them, and a look-up by a plain int costs less than by (ts, id)
     lines: dict[int, tuple[int, bytes]] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    with collector_paused(), ParallelWrites[int]() as writes:
+    with collector_paused(), ParallelWrites() as writes:
         for stream, parts in outputs.items():
             if any(parts):
                 (out_dir / stream).mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from roses_app.connectors.mail.xmlize import xmlize_message
 from roses_app.connectors.xmlize import parse_feed
 from roses_app.items import FEED_NAMESPACES
 from roses_app.publish import FeedInfo, render_atom, render_index, render_opml, render_rss
+from roses_app.publish.entries import KEPT_CHARS
 from roses_app.publish.render import ATOM_NS
 from roses_app.store import OutRow, StoredEntry
 
@@ -218,14 +219,16 @@ def came_from(item: etree._Element) -> str:
     return "hostile_subject.eml" if "hostile-1@example.org" in guid else "hostile_titles.xml"
 
 
-def test_an_item_in_many_feeds_and_formats_is_whole_in_each() -> None:
+@pytest.mark.parametrize("words", [1, 4000], ids=["short", "longer-than-kept"])
+def test_an_item_in_many_feeds_and_formats_is_whole_in_each(words: int) -> None:
     # the sanitized item is kept (once per item and time) for every feed and format
     # that shows it: each document must still get an element of its own
     item = (
         "<item><title>Lava &amp; ash</title><link>https://ok.example/x</link>"
-        "<description>&lt;b&gt;hot&lt;/b&gt;&lt;script&gt;alert(1)&lt;/script&gt;</description>"
-        "</item>"
+        f"<description>&lt;b&gt;hot&lt;/b&gt;{' lava' * words}"
+        "&lt;script&gt;alert(1)&lt;/script&gt;</description></item>"
     )
+    assert (len(item) > KEPT_CHARS) == (words > 1)
     first = render_rss(FEED, [entry(item)])
     for _ in range(2):
         assert render_rss(FEED, [entry(item)]) == first

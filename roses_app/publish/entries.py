@@ -38,8 +38,10 @@ def inner_markup(el: etree._Element | None) -> str:
 # sanitized items kept, serialized: an entry is rendered once per format of its feed
 # and an item is in the feed of every subscription it matches (a 10,000-subscription
 # export made 37,825 items from 1,000, at about 0.25 ms each; parsing one kept costs
-# a tenth of that)
-FIXED_ITEMS = 4096
+# a tenth of that).  Items longer than KEPT_CHARS (whole articles) are made each
+# time: the cache holds at most FIXED_ITEMS x 2 x KEPT_CHARS (about 32 MB).
+FIXED_ITEMS = 1024
+KEPT_CHARS = 16_384
 
 
 def item_element(entry: StoredEntry) -> etree._Element | None:
@@ -47,7 +49,8 @@ def item_element(entry: StoredEntry) -> etree._Element | None:
     (HTML and URLs: see :mod:`roses_app.publish.sanitize`), and its dates and URIs in
     the forms RSS and Atom ask (:mod:`roses_app.publish.itemfields`).  A new element
     at each call: renderers move it into their documents."""
-    fixed, error = _fixed_item(entry.item, received(entry), entry.guid)
+    make = _fixed_item if len(entry.item) <= KEPT_CHARS else _fixed_item.__wrapped__
+    fixed, error = make(entry.item, received(entry), entry.guid)
     if fixed is None:
         log.warning("skipping a malformed stored item of %r: %s", entry.stream, error)
         return None
