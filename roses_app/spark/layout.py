@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -199,6 +200,32 @@ def _existing(
             continue
         kept.append(Generation(folder.name, streams, live, boundary, False, late_operators))
     return kept, dropped
+
+
+# Spark writes each file of a checkpoint's logs as ``.NAME.UUID.tmp`` (and its
+# ``.crc``), then renames it.  A process killed in between leaves that file behind,
+# and Spark 4 then refuses to start the query on batch 0
+# (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY): offsets/ is not empty.
+UNFINISHED_WRITE = re.compile(r"^\.\.?.+\.[0-9a-f-]{36}\.tmp(\.crc)?$")
+
+
+def clear_unfinished_writes(checkpoint: Path) -> list[Path]:
+    """Remove the temporary files a killed process left in ``checkpoint``'s metadata
+    and logs (never its state store), before the query starts on it; returns them.
+    Only while no query runs on it: the data folder's lock makes sure of that."""
+    folders = [checkpoint, checkpoint / "offsets", checkpoint / "commits"]
+    folders += sorted((checkpoint / "sources").glob("*"))
+    left = [
+        path
+        for folder in folders
+        if folder.is_dir()
+        for path in folder.iterdir()
+        if UNFINISHED_WRITE.match(path.name) and path.is_file()
+    ]
+    for path in left:
+        log.warning("checkpoint %s: removing %s, a write cut short", checkpoint.name, path)
+        path.unlink(missing_ok=True)
+    return left
 
 
 def remove_query(checkpoints: Path, query_id: str) -> None:

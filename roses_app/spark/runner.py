@@ -45,6 +45,7 @@ from roses_app.spark.layout import (
     Generation,
     Layout,
     Ledger,
+    clear_unfinished_writes,
     plan_layout,
     remove_query,
     save_generation,
@@ -154,6 +155,7 @@ class Engine:
     ) -> StreamingQuery:
         """Start the query (with ``partitions``: that many shuffle partitions instead of
         the session's, when it has no checkpoint yet; a checkpoint keeps its own)."""
+        clear_unfinished_writes(self.checkpoints / qid)
         writer = (
             frame.writeStream.queryName(qid.replace("-", "_"))
             .option("checkpointLocation", str(self.checkpoints / qid))
