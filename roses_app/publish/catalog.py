@@ -57,6 +57,11 @@ def feed_path(stream: str, part: str | None, fmt: str) -> str:
     return f"/feeds/{quote(stream, safe='')}/{quote(part, safe='')}.{fmt}"
 
 
+def feeds_of(groups: Iterable[FeedGroup]) -> list[FeedInfo]:
+    """The feeds of ``groups``, in order."""
+    return [feed for group in groups for feed in group.feeds]
+
+
 def is_split(stream: StreamConfig) -> bool:
     return isinstance(stream.plan, Split)
 
@@ -147,7 +152,7 @@ class Catalog:
 
     def feeds(self, server_base: str | None = None) -> list[FeedInfo]:
         """Every feed document that exists now (split parts included)."""
-        return [f for g in self.groups(server_base) for f in g.feeds]
+        return feeds_of(self.groups(server_base))
 
     def lookup(
         self, name: str, value: str | None = None, server_base: str | None = None

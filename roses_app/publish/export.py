@@ -20,7 +20,7 @@ from pathlib import Path
 
 from roses_app.config.model import Config
 from roses_app.items import safe_filename
-from roses_app.publish.catalog import FORMATS, Catalog, render_feed
+from roses_app.publish.catalog import FORMATS, Catalog, feeds_of, render_feed
 from roses_app.publish.pages import render_index, render_opml
 from roses_app.store import Store
 
@@ -68,7 +68,7 @@ def export_static(config: Config, store: Store, out_dir: Path) -> Exported:
     catalog = Catalog(config, store)
     exported = Exported()
     groups = catalog.groups()  # once: each call asks the store for every stream's parts
-    feeds = [feed for group in groups for feed in group.feeds]
+    feeds = feeds_of(groups)
     for info in feeds:
         entries = store.latest(info.stream, info.part, info.keep)
         updated = store.feed_updated(info.stream, info.part)

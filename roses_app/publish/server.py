@@ -44,7 +44,7 @@ from starlette.routing import Route
 
 from roses_app.config.model import Config
 from roses_app.publish.cache import Document, RenderCache, etag_of
-from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, render_feed
+from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, feeds_of, render_feed
 from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
 from roses_app.publish.pull import PullQueries
@@ -196,7 +196,7 @@ class _Pages:
 
     def index(self, request: Request) -> Response:
         groups = self.catalog.groups(server_base(self.config, request))
-        stats = self.catalog.stats(f for g in groups for f in g.feeds)
+        stats = self.catalog.stats(feeds_of(groups))
         version = (tuple(groups), tuple(sorted(stats.items())))
         doc = self.documents.get(
             "index", version, lambda: render_index(groups, stats), media_type="text/html"
