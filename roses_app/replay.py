@@ -26,7 +26,7 @@ import orjson
 
 from roses_app.algebra.plan import Split
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
-from roses_app.algebra.reference_registry import event_order
+from roses_app.algebra.reference_registry import ordered
 from roses_app.config.model import Config
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
@@ -277,7 +277,7 @@ def run_spark(
             collected[name].setdefault("", [])
     with collector_paused():  # a sort key per event
         return {
-            name: {part: sorted(evs, key=event_order) for part, evs in parts.items()}
+            name: {part: ordered(evs) for part, evs in parts.items()}
             for name, parts in collected.items()
         }
 

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from strategies import ACCESSORS, PREDICATES, SPLITTERS, event_lists, plans
 
 from roses_app.algebra.plan import Filter, Map, Node, Split, Stream, Union
-from roses_app.algebra.reference import RefInput, evaluate, evaluate_stream
+from roses_app.algebra.reference import RefEvent, RefInput, evaluate, evaluate_stream
+from roses_app.algebra.reference_registry import event_order, ordered
 
 LAWS = settings(max_examples=60, deadline=None)
 predicates = st.sampled_from(PREDICATES)
@@ -80,3 +81,23 @@ def test_split_is_the_seeds_partition(events, plan, by) -> None:
     # ... and every item with a (non-empty) name goes to exactly one output.
     named = run(Filter(plan, f"string-join(({by}), ' ') != ''"), events)
     assert sum(len(part) for part in parts.values()) == len(named)
+
+
+events_to_order = st.lists(
+    st.builds(
+        RefEvent,
+        st.integers(0, 3),
+        st.integers(0, 3),
+        st.sampled_from([None, "", "<item/>", "<item>a</item>"]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events_to_order)
+def test_events_are_ordered_by_event_order(events: list[RefEvent]) -> None:
+    """``ordered`` (plain tuples compared in C where it can) gives event_order's order,
+    heartbeats tying with items on ts and seq included (None sorts as "")."""
+    assert ordered(events) == sorted(events, key=event_order)
+    assert ordered(iter(events)) == sorted(events, key=event_order)

@@ -254,6 +254,35 @@ def test_match_and_stats() -> None:
     }
 
 
+def test_observers_checked_in_feeds_yaml_are_not_parsed_again(tmp_path: Path) -> None:
+    """Reading the config keeps each observer's analysis: a presearcher built in the
+    same process, or in a worker that got them shipped, parses nothing."""
+    from roses_app.config.loader import load_config
+    from roses_app.xmlfn import presearch_terms
+
+    where = "contains(lower-case(title), 'lava') and not(category = 'ice')"
+    config = tmp_path / "feeds.yaml"
+    config.write_text(
+        "sources: {news: {feed: 'http://127.0.0.1:1/news.xml'}}\n"
+        f'streams: {{lava: {{filter: {{from: news, where: "{where}"}}}}}}\n'
+    )
+    presearch_terms._known.clear()
+    load_config(config)
+    item = parse("<item><title>Lava flow</title><category>fire</category></item>")
+    shipped = presearch_terms.shipped([where], ())
+    with mock.patch.object(presearch_terms, "syntax_tree", side_effect=AssertionError("parsed")):
+        assert Presearcher({"lava": where}).match(item) == ({"lava"}, set())
+        presearch_terms._known.clear()  # a worker: nothing known until it is shipped
+        presearch_terms.remember("program", shipped)
+        assert Presearcher({"lava": where}).match(item) == ({"lava"}, set())
+        presearch_terms._known.clear()
+        presearch_terms.remember("program", shipped)  # once per program: not again
+        with pytest.raises(AssertionError, match="parsed"):
+            Presearcher({"lava": where})
+    presearch_terms._remembered.discard("program")
+    assert Presearcher({"lava": where}).match(item) == ({"lava"}, set())
+
+
 SINGLE_VALUED = {
     "contains": "contains(lower-case(title), 'lava')",
     "starts": "starts-with(description, 'Hot')",

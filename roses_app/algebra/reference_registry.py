@@ -102,7 +102,16 @@ def horizon_of(inputs: Sequence[RefInput], lateness: int = 0) -> int:
 
 
 def ordered(events: Iterable[RefEvent]) -> list[RefEvent]:
-    return sorted(events, key=event_order)
+    """The events in event_order.  As plain tuples they compare in C, with no Python
+    call per event (a replay at 10,000 subscriptions sorts 920,000 of them); a
+    heartbeat's None is compared only when two events tie on ts and seq, and then
+    raises TypeError, and event_order decides instead.  Where no comparison raises,
+    both orders agree on every pair compared, so the result is the same."""
+    events = list(events)
+    try:
+        return sorted(events, key=tuple)
+    except TypeError:
+        return sorted(events, key=event_order)
 
 
 def items_only(events: Iterable[RefEvent]) -> list[RefEvent]:

@@ -84,9 +84,11 @@ def parse_config(
     base_dir = Path(os.path.abspath(path)).parent
     problems = Problems(file)
     if xpath_checker is None:
-        from roses_app.xmlfn import check_xpath  # lazily: xmlfn loads lxml and elementpath
+        # lazily: xmlfn loads lxml and elementpath; the checker keeps each observer's
+        # presearch analysis, so it is parsed once per process
+        from roses_app.xmlfn.presearch_terms import check_observer
 
-        xpath_checker = check_xpath
+        xpath_checker = check_observer
 
     root = load(text, problems.add)
     if root is None:

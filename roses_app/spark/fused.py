@@ -94,13 +94,20 @@ def fused_frame(
 ) -> DataFrame:
     """``events`` (the spool read with SPARK_READ_DDL) through ``program``."""
 
+    from roses_app.xmlfn.presearch_terms import shipped
+
     timed = any(step.kind == "source" and step.time == "published" for step in program.steps)
     hook_for = error_hooks(errors)
     on_bad = bad_line_hook(errors)
+    # the observers' analyses, made while feeds.yaml was read: no worker parses them
+    observers = (step.arg for step in program.steps if step.kind == "filter")
+    analyses = shipped(observers, program.namespaces) if presearch else b""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from roses_app.xmlfn.fused import run_program
+        from roses_app.xmlfn.presearch_terms import remember
 
+        remember(program.key, analyses)
         for batch in batches:
             # the batch's objects all die here: freed before the collector is back
             # on, none is walked by a collection (one per batch cost 5 % of the stage)
