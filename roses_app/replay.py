@@ -179,6 +179,10 @@ class MemorySink:
         collected = self.collected
         make = tuple.__new__  # RefEvent's own __new__ is a Python call per event
         lists: dict[tuple[str, str], list[RefEvent]] = {}
+        # the rows of an item that many streams have come one after the other: they
+        # share one event (ten thousand subscriptions: 920,000 rows, 170,000 events)
+        event = RefEvent(0, 0, None)
+        last_ts, last_seq, last_item = event
         for row in rows:
             # plain tuples as the engine hands them over: no OutRow per row
             stream, part, ts, seq, item = (
@@ -189,7 +193,10 @@ class MemorySink:
             events = lists.get((stream, part))
             if events is None:
                 events = lists[stream, part] = collected[stream].setdefault(part, [])
-            events.append(make(RefEvent, (ts, seq, item)))
+            if item is not last_item or ts != last_ts or seq != last_seq:
+                event = make(RefEvent, (ts, seq, item))
+                last_ts, last_seq, last_item = ts, seq, item
+            events.append(event)
         if position is not None:
             self._positions[query_id] = max(position, self._positions.get(query_id, 0))
         return True

@@ -15,8 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from roses_app.algebra.reference import RefEvent
 from roses_app.config import load_config
 from roses_app.replay import (
+    MemorySink,
     ReplayInputError,
     read_events,
     replay,
@@ -131,3 +133,20 @@ def test_any_item_text_comes_out_as_json_dumps_writes_it(text: str, ts: int) -> 
 
     expected = json.dumps({"ts": ts, "item": text}, ensure_ascii=False) + "\n"
     assert output_line(RefEvent(ts, 1, text), False) == expected.encode("utf-8")
+
+
+def test_the_memory_sink_keeps_one_event_per_item_however_many_streams_have_it() -> None:
+    """A thousand subscriptions matching one item hold one event object, not a
+    thousand; the events stay each stream's, in their order."""
+    item, other = "<item><title>a</title></item>", "<item><title>b</title></item>"
+    rows = [(f"s{n}", "", 5, 1, item, "g") for n in range(1000)]
+    rows += [("s0", "", 5, 2, other, "h"), ("s1", "", 5, 1, other, "h")]
+    rows.append(("s1", "x", 5, 1, item, ""))
+    sink = MemorySink([f"s{n}" for n in range(1000)])
+    assert sink.write_batch("stateless", 0, rows, 2)
+    first = sink.collected["s0"][""][0]
+    assert first == RefEvent(5, 1, item)
+    assert all(sink.collected[f"s{n}"][""][0] is first for n in range(1000))
+    assert sink.collected["s0"][""] == [first, RefEvent(5, 2, other)]
+    assert sink.collected["s1"] == {"": [first, RefEvent(5, 1, other)], "x": [first]}
+    assert not sink.write_batch("stateless", 0, rows, 2)  # a batch is applied once
