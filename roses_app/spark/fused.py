@@ -102,12 +102,13 @@ def fused_frame(
     # the observers' analyses, made while feeds.yaml was read: no worker parses them
     observers = (step.arg for step in program.steps if step.kind == "filter")
     analyses = shipped(observers, program.namespaces) if presearch else b""
+    key = program.key  # computed here, so it travels with the program to each task
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from roses_app.xmlfn.fused import run_program
         from roses_app.xmlfn.presearch_terms import remember
 
-        remember(program.key, analyses)
+        remember(key, analyses)
         for batch in batches:
             # the batch's objects all die here: freed before the collector is back
             # on, none is walked by a collection (one per batch cost 5 % of the stage)
