@@ -135,7 +135,10 @@ def compiled(program: Program, *, presearch: bool = True) -> Compiled:
     with _cache_lock:
         found = _cache.get(key)
         if found is None:
-            found = _cache[key] = _compile(program, presearch)
+            # long-lived objects and no cycles: collections during the build walked them
+            # again and again (10,000 observers: 1.3-1.6 s -> 0.7-0.8 s)
+            with collector_paused():
+                found = _cache[key] = _compile(program, presearch)
             freeze_long_lived()  # compiled once, used for every batch
         return found
 
