@@ -67,6 +67,7 @@ from roses_app.xmlfn.presearch_plan import (
     MAX_CNF,  # noqa: F401
     OPEN,
     Check,
+    Index,
     K,
     Literal,  # noqa: F401
     Postings,  # noqa: F401
@@ -183,7 +184,7 @@ class Presearcher(Generic[K]):
                 inner: dict[int, list[tuple[K, frozenset[int]]]] = {}
                 for m in members:
                     inner.setdefault(min(m.clauses[0]), []).append((m.key, m.clauses[1]))
-                nested = {pid: _slot(others) for pid, others in inner.items()}
+                nested = Index({pid: _slot(others) for pid, others in inner.items()})
             slots = tuple(_slot([(m.key, m.clauses[i]) for m in members]) for i in range(size))
             negated = _slot([(m.key, m.negated) for m in members])
             clauses_by = {m.key: m.clauses for m in members} if size > 1 else {}
@@ -309,7 +310,7 @@ class Presearcher(Generic[K]):
             hit: frozenset[K] | set[K] | list[K] = everyone
             if nested is not None:
                 hit = set()
-                for pid in found.intersection(nested):
+                for pid in found.intersection(nested.pids):
                     sets = _postings(found, nested[pid])
                     if sets:
                         hit.update(*sets)

@@ -80,7 +80,23 @@ class _Plan(Generic[K]):
     formula: Formula | None = None
 
 
-Postings = dict[int, frozenset[Any]]  # pid -> observer keys
+V = TypeVar("V")
+
+
+class Index(dict[int, V]):
+    """pid -> V, with its pids as a frozenset: an item's found pids (a dozen) are
+    intersected with it in C over the smaller of the two, where a dict argument is
+    walked whole and a ``get`` per pid found is a Python call (the nested postings
+    of ten thousand subscriptions: 17 -> 6 µs per item)."""
+
+    __slots__ = ("pids",)
+
+    def __init__(self, entries: dict[int, V]) -> None:
+        super().__init__(entries)
+        self.pids = frozenset(entries)
+
+
+Postings = Index[frozenset[Any]]  # pid -> observer keys
 
 
 class _Group(NamedTuple):
@@ -93,7 +109,7 @@ class _Group(NamedTuple):
 
     mode: int
     slots: tuple[Postings, ...]
-    nested: dict[int, Postings] | None
+    nested: Index[Postings] | None
     clauses_by: dict[Any, list[frozenset[int]]]  # flat, two clauses or more: by observer
     negated: Postings | None  # EXACT: the pids that make them false
     negated_by: dict[Any, frozenset[int]]  # those pids by observer
@@ -101,19 +117,17 @@ class _Group(NamedTuple):
 
 
 def _postings(found: set[int], postings: Postings) -> list[frozenset[Any]]:
-    """The postings of the pids found: a look-up per pid found or per pid indexed."""
-    if len(postings) < len(found):
-        return list(map(postings.__getitem__, found.intersection(postings)))
-    return list(filter(None, map(postings.get, found)))
+    """The postings of the pids found."""
+    return list(map(postings.__getitem__, found.intersection(postings.pids)))
 
 
 def _union(sets: list[frozenset[K]]) -> frozenset[K] | set[K]:
     return sets[0] if len(sets) == 1 else set().union(*sets)
 
 
-def _slot(members: list[tuple[K, frozenset[int]]]) -> dict[int, frozenset[K]]:
+def _slot(members: list[tuple[K, frozenset[int]]]) -> Postings:
     postings: dict[int, set[K]] = {}
     for key, pids in members:
         for pid in pids:
             postings.setdefault(pid, set()).add(key)
-    return {pid: frozenset(keys) for pid, keys in postings.items()}
+    return Index({pid: frozenset(keys) for pid, keys in postings.items()})
