@@ -343,7 +343,7 @@ def measure_spark(bench: Bench, n: int, config: Path) -> Row:
             break
         starts.append(measure_replay(bench, n, "spark", config, SPARK_START, attempt))
     full = bench.add(best(fulls))
-    if not starts:
+    if not starts or full.seconds is None:  # a failed run: no net figure
         return full
     start = bench.add(best(starts))
     items = full.items - start.items
