@@ -59,11 +59,15 @@ ns = config.settings.namespaces
 streams = rewrite_streams([s.stream for s in config.streams.values()], ns)
 program = build_program([(s.plan, s.name) for s in streams], ns)
 times["plan"] = time.perf_counter() - started
-from roses_app.xmlfn import presearch_terms
+from roses_app.xmlfn import fused, presearch_terms
 shipped = getattr(presearch_terms, "shipped", None)  # a tree that ships analyses
 started = time.perf_counter()
-observers = (step.arg for step in program.steps if step.kind == "filter")
-sent = shipped(observers, ns) if shipped else b""
+if hasattr(fused, "shipped_analyses"):  # what the Spark stage sends
+    sent = fused.shipped_analyses(program)
+elif shipped:  # a tree from before that function: the same, written out
+    sent = shipped((step.arg for step in program.steps if step.kind == "filter"), ns)
+else:
+    sent = b""
 times["ship"] = time.perf_counter() - started
 # from here a worker, which knows only what it is sent (the driver's memo goes)
 getattr(presearch_terms, "_known", {}).clear()

@@ -94,14 +94,12 @@ def fused_frame(
 ) -> DataFrame:
     """``events`` (the spool read with SPARK_READ_DDL) through ``program``."""
 
-    from roses_app.xmlfn.presearch_terms import shipped
+    from roses_app.xmlfn.fused import shipped_analyses
 
     timed = any(step.kind == "source" and step.time == "published" for step in program.steps)
     hook_for = error_hooks(errors)
     on_bad = bad_line_hook(errors)
-    # the observers' analyses, made while feeds.yaml was read: no worker parses them
-    observers = (step.arg for step in program.steps if step.kind == "filter")
-    analyses = shipped(observers, program.namespaces) if presearch else b""
+    analyses = shipped_analyses(program) if presearch else b""
     key = program.key  # computed here, so it travels with the program to each task
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -130,6 +130,16 @@ _cache: dict[str, Compiled] = {}
 _cache_lock = threading.Lock()
 
 
+def shipped_analyses(program: Program) -> bytes:
+    """The analyses of the program's observers, made while feeds.yaml was read, as
+    bytes a worker hands to ``presearch_terms.remember`` before :func:`compiled`: no
+    worker parses them."""
+    from roses_app.xmlfn.presearch_terms import shipped
+
+    observers = (step.arg for step in program.steps if step.kind == "filter")
+    return shipped(observers, program.namespaces)
+
+
 def compiled(program: Program, *, presearch: bool = True) -> Compiled:
     key = f"{program.key}/{presearch}"
     with _cache_lock:
