@@ -40,7 +40,7 @@ from pyspark.sql.functions import pandas_udf
 from roses_app.algebra.plan import Aggregate, GroupBy, Nest, TimeWindow, XQuery
 from roses_app.algebra.windows import BucketLayout, bucket_layout, periodic_input
 from roses_app.errors import QueryError
-from roses_app.spark import udfs
+from roses_app.spark import counts, udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower
 from roses_app.xmlfn.reduce import reduce_groups
 
@@ -184,7 +184,7 @@ def nest_frame(node: Nest, ctx: LowerContext) -> DataFrame:
 
 
 def nest_groups(
-    groups: Sequence[tuple[Sequence[str], int]], on_error: udfs.ErrorHook | None = None
+    groups: Sequence[tuple[Sequence[str], int]], on_error: counts.ErrorHook | None = None
 ) -> list[str | None]:
     """The nest item of each (items, ts) group."""
     from lxml import etree
@@ -208,7 +208,7 @@ def _keys(keys: pd.Series) -> list[str | None]:
 
 
 def reducer_udf(
-    query: XQuery, namespaces: Namespaces, stream: str, on_error: udfs.ErrorHook
+    query: XQuery, namespaces: Namespaces, stream: str, on_error: counts.ErrorHook
 ) -> Any:
     @pandas_udf("string")  # type: ignore[call-overload]
     def reduce(items: pd.Series, start: pd.Series, end: pd.Series, key: pd.Series) -> pd.Series:
@@ -219,7 +219,7 @@ def reducer_udf(
     return reduce.asNondeterministic()
 
 
-def nester_udf(on_error: udfs.ErrorHook) -> Any:
+def nester_udf(on_error: counts.ErrorHook) -> Any:
     @pandas_udf("string")  # type: ignore[call-overload]
     def nest(items: pd.Series, ts: pd.Series) -> pd.Series:
         groups = list(zip(items.tolist(), ts.tolist(), strict=True))

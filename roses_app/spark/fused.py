@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from roses_app.algebra.program import Program, Step
 from roses_app.heap import collector_paused
-from roses_app.spark import udfs
+from roses_app.spark import counts
 from roses_app.spark.registry import OUTPUT_COLUMNS
 from roses_app.spool import CORRUPT_COLUMN
 
@@ -76,11 +76,11 @@ TAIL_DDL = "stream STRING, part STRING, ts BIGINT, seq BIGINT, item STRING"
 
 def error_hooks(
     errors: Accumulator[dict[str, int]] | None,
-) -> Callable[[Step], udfs.ErrorHook]:
+) -> Callable[[Step], counts.ErrorHook]:
     """Per step of a program, the hook counting (and logging) the items it drops."""
 
-    def hook_for(step: Step) -> udfs.ErrorHook:
-        return udfs.error_hook(udfs.Step(step.stream, step.label), errors)
+    def hook_for(step: Step) -> counts.ErrorHook:
+        return counts.error_hook(counts.Step(step.stream, step.label), errors)
 
     return hook_for
 

@@ -20,7 +20,7 @@ from roses_app.algebra.latejoin import LateJoin, join_keyed, join_kind
 from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, arrival_groups
 from roses_app.algebra.plan import Diff, Join, Semijoin, optimistic
 from roses_app.algebra.release_fed import SidesRelease, fed_horizon, side_shape
-from roses_app.spark import udfs
+from roses_app.spark import counts
 from roses_app.spark.late import with_clock
 from roses_app.spark.registry import Namespaces
 
@@ -37,7 +37,7 @@ class ReleasedJoin:
 
     node: Join | Semijoin | Diff
     namespaces: Namespaces
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     @property
     def shapes(self) -> tuple[tuple[int, int | None], ...]:

@@ -40,7 +40,7 @@ from roses_app.algebra.release import Release, release_lateness
 from roses_app.algebra.release_fed import FedRelease, fed_horizon, side_shape
 from roses_app.algebra.slices import SliceMap
 from roses_app.algebra.windows import periodic_input
-from roses_app.spark import udfs
+from roses_app.spark import counts
 from roses_app.spark.late import with_clock
 from roses_app.spark.registry import Hooks
 from roses_app.spark.sequential import Event, Memory, Operator, process, stage_of
@@ -65,7 +65,7 @@ class ReleasedRun:
     node: Node
     stages: tuple[Operator, ...]
     lateness: int
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
     # over operators' results: how many branches tell their horizon (items among them)
     fed: int = 0
     items: bool = False  # the last branch is items (keyed ITEMS)

@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from roses_app.algebra.plan import Node
-from roses_app.spark import udfs
+from roses_app.spark import counts
 
 Namespaces = tuple[tuple[str, str], ...]
 OUTPUT_COLUMNS = ("stream", "part", "ts", "seq", "item")
@@ -39,8 +39,8 @@ class Hooks:
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
 
-    def on_error(self, node: Node) -> udfs.ErrorHook:
-        return udfs.error_hook(udfs.Step.of(node), self.errors)
+    def on_error(self, node: Node) -> counts.ErrorHook:
+        return counts.error_hook(counts.Step.of(node), self.errors)
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class LowerContext:
         default_factory=dict, compare=False, repr=False
     )
 
-    def on_error(self, node: Node) -> udfs.ErrorHook:
-        return udfs.error_hook(udfs.Step.of(node), self.errors)
+    def on_error(self, node: Node) -> counts.ErrorHook:
+        return counts.error_hook(counts.Step.of(node), self.errors)
 
     @property
     def hooks(self) -> Hooks:

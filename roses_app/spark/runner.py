@@ -37,6 +37,7 @@ from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.heap import collector_paused, freeze_long_lived
+from roses_app.spark.counts import CountsParam
 from roses_app.spark.frontier import FrontierLog, FrontierRow
 from roses_app.spark.fused import fused_frame
 from roses_app.spark.generation import stateful_frame, under_one_key
@@ -58,7 +59,6 @@ from roses_app.spark.lower import (
 from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
 from roses_app.spark.session import shuffle_partitions
-from roses_app.spark.udfs import CountsParam
 from roses_app.spool import CORRUPT_COLUMN, SPARK_READ_DDL, archive_of, last_archived_seq
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,7 @@ from roses_app.algebra.plan import (
     XQuery,
 )
 from roses_app.algebra.windows import oldest_needed, window_content
-from roses_app.spark import udfs
+from roses_app.spark import counts, udfs
 from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower
 
 KEY = "seq_key"
@@ -172,7 +172,7 @@ class GroupingOperator:
     size: int
     reduce: XQuery
     namespaces: Namespaces
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
@@ -220,7 +220,7 @@ def output_frame(events: Sequence[Event]) -> pd.DataFrame:
     )
 
 
-def drop_late(rows: list[Event], clock: int | None, on_error: udfs.ErrorHook) -> list[Event]:
+def drop_late(rows: list[Event], clock: int | None, on_error: counts.ErrorHook) -> list[Event]:
     """The rows after ``clock``; an item at or before it is reported and dropped."""
     if clock is None or not rows or rows[0].ts > clock:
         return rows
@@ -235,7 +235,7 @@ def process(
     memory: Memory,
     rows: list[Event],
     key: Any,
-    on_error: udfs.ErrorHook,
+    on_error: counts.ErrorHook,
 ) -> list[Event]:
     """One micro-batch of a key (rows sorted, without copies) through the stages, the
     output of one the input of the next: the output events, sorted, heartbeats
@@ -256,7 +256,7 @@ class SequentialProcessor(StatefulProcessor):
     """Runs stages of operators over each key's rows, batch after batch; its memory
     lives in two state variables (the clock, and the events kept by each stage)."""
 
-    def __init__(self, stages: Sequence[Operator], on_error: udfs.ErrorHook) -> None:
+    def __init__(self, stages: Sequence[Operator], on_error: counts.ErrorHook) -> None:
         self.stages = tuple(stages)
         self.on_error = on_error
 

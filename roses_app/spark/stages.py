@@ -21,7 +21,7 @@ from roses_app.algebra.lateness import RELEASED_LATENESS, LateWindows, arrival_g
 from roses_app.algebra.plan import Aggregate, CountWindow, GroupBy, TimeWindow, WindowedGrouping
 from roses_app.algebra.slices import SliceMap
 from roses_app.algebra.windows import closed_windows, open_after
-from roses_app.spark import udfs
+from roses_app.spark import counts
 from roses_app.spark.aggregate import nest_groups
 from roses_app.spark.registry import Namespaces
 from roses_app.spark.sequential import Event, GroupingOperator, by_time
@@ -32,7 +32,7 @@ from roses_app.spark.stateless import nested_items
 class NestOperator:
     """Nest as a stage: at each input time, one item holding that time's items."""
 
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
@@ -56,7 +56,7 @@ class GroupOperator:
 
     node: Aggregate | GroupBy
     namespaces: Namespaces
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
@@ -82,7 +82,7 @@ class ClosedWindowsOperator:
     node: Aggregate | GroupBy
     spec: TimeWindow
     namespaces: Namespaces
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
@@ -106,7 +106,10 @@ Group = tuple[int, int, int, str | None, list[Event]]  # ts, start, end, key, ev
 
 
 def buckets(
-    node: Aggregate | GroupBy, namespaces: Namespaces, items: list[Event], on_error: udfs.ErrorHook
+    node: Aggregate | GroupBy,
+    namespaces: Namespaces,
+    items: list[Event],
+    on_error: counts.ErrorHook,
 ) -> list[tuple[str | None, list[Event]]]:
     """A group's items per key (γ), or all of them (α)."""
     from roses_app.xmlfn.reduce import keyed_buckets
@@ -117,7 +120,10 @@ def buckets(
 
 
 def reduced(
-    node: Aggregate | GroupBy, namespaces: Namespaces, groups: list[Group], on_error: udfs.ErrorHook
+    node: Aggregate | GroupBy,
+    namespaces: Namespaces,
+    groups: list[Group],
+    on_error: counts.ErrorHook,
 ) -> list[Event]:
     """The stamped reducer result of each group, at its time with its lowest seq."""
     from roses_app.xmlfn.reduce import group_results
@@ -131,7 +137,7 @@ def reduced(
 class UnnestOperator:
     """Unnest as a stage: each item nested in an event's item, at its time and seq."""
 
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
@@ -152,7 +158,7 @@ class KeyedGroupingOperator:
 
     node: WindowedGrouping
     namespaces: Namespaces
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     def advance(
         self, kept: list[Event], rows: Sequence[Event], key: Any
@@ -196,7 +202,7 @@ class WindowsStage:
     node: Aggregate | GroupBy
     spec: LateSpec
     namespaces: Namespaces
-    on_error: udfs.ErrorHook
+    on_error: counts.ErrorHook
 
     @property
     def sliced(self) -> bool:

@@ -16,6 +16,7 @@ from pyspark.sql.functions import pandas_udf
 
 from roses_app.algebra.plan import Filter, Map, Source, Split, Union, Unnest
 from roses_app.spark import udfs
+from roses_app.spark.counts import ErrorHook
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     LowerContext,
@@ -25,7 +26,6 @@ from roses_app.spark.registry import (
     register,
     union_all,
 )
-from roses_app.spark.udfs import ErrorHook
 
 
 @register

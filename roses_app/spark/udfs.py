@@ -3,63 +3,18 @@
 Each UDF receives a whole Arrow batch of serialized items and calls the batch
 functions of ``roses_app.xmlfn`` once per batch; compiled expressions are cached per
 Python worker process.  An item on which a function fails is dropped, logged with
-its stream, step and guid, and counted per step in a Spark accumulator that the
-driver reads (``roses run``'s /healthz shows the counts).
+its stream, step and guid, and counted per step (:mod:`roses_app.spark.counts`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark import Accumulator, AccumulatorParam
 from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.plan import Node, XQuery
-
-log = logging.getLogger(__name__)
-
-Namespaces = tuple[tuple[str, str], ...]
-ErrorHook = Callable[[str | None, Exception], None]
-
-
-class CountsParam(AccumulatorParam[dict[str, int]]):
-    """Accumulates ``{step id: count}`` dictionaries from the workers."""
-
-    def zero(self, value: dict[str, int]) -> dict[str, int]:
-        return {}
-
-    def addInPlace(self, value1: dict[str, int], value2: dict[str, int]) -> dict[str, int]:
-        for key, count in value2.items():
-            value1[key] = value1.get(key, 0) + count
-        return value1
-
-
-@dataclass(frozen=True)
-class Step:
-    """Where a function runs: for messages and per-step error counts."""
-
-    stream: str
-    step: str
-
-    @classmethod
-    def of(cls, node: Node) -> Step:
-        return cls(node.origin.stream, node.origin.step or type(node).__name__)
-
-
-def error_hook(step: Step, errors: Accumulator[dict[str, int]] | None) -> ErrorHook:
-    def on_error(xml: str | None, exc: Exception) -> None:
-        from roses_app.xmlfn import guid_note
-
-        note = guid_note(xml)
-        log.warning("stream %s, step %s: dropped an item%s: %s", step.stream, step.step, note, exc)
-        if errors is not None:
-            errors.add({step.step: 1})
-
-    return on_error
+from roses_app.algebra.plan import XQuery
+from roses_app.spark.counts import ErrorHook, Namespaces
 
 
 def _once(udf: Any) -> Any:

@@ -1,0 +1,72 @@
+"""Spark's Python daemon (``spark.python.daemon.module``), run from compiled code.
+
+Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on its Python
+workers' path.  Python cannot cache the bytecode of modules imported from a zip, so
+every daemon and worker compiled pyspark's sources again, and each worker's
+``importlib.invalidate_caches()`` re-read the zip's directory of 1,500 files: about a
+second of CPU per process at the start of every run.  When the zips are the ones
+inside the installed pyspark package (a pip install, ``SPARK_HOME`` that package), the
+same code is on the path uncompressed, with its bytecode: this module drops the zips
+from the path before anything of pyspark is imported, then runs pyspark's daemon.
+With any other ``SPARK_HOME`` (a Spark distribution on a cluster) the path is left as
+Spark made it.  The daemon also imports what its workers need before it forks them
+(:func:`preload`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+PRELOADED = (
+    "pandas",
+    "roses_app.spark.fused",
+    "roses_app.xmlfn.fused",
+    "roses_app.xmlfn.presearch",
+)
+
+
+def bundled_zips(path: Sequence[str]) -> list[str]:
+    """The entries of ``path`` that are zips in an installed pyspark package's
+    ``python/lib`` whose package (``pyspark``, ``py4j``) is also installed beside it
+    on ``path``: the same code is found without them."""
+    found = []
+    for entry in path:
+        lib = os.path.dirname(entry)
+        package = os.path.dirname(os.path.dirname(lib))
+        site = os.path.dirname(package)
+        name = os.path.basename(entry).split("-")[0].removesuffix(".zip")
+        if (
+            entry.endswith(".zip")
+            and lib == os.path.join(package, "python", "lib")
+            and os.path.basename(package) == "pyspark"
+            and site in path
+            and os.path.isfile(os.path.join(site, name, "__init__.py"))
+        ):
+            found.append(entry)
+    return found
+
+
+def preload() -> None:
+    """Import, once in the daemon, what every worker it forks imports: the fused
+    stage and its XML code, and pandas (pyarrow imports it on the first conversion
+    of Python values, so even the Arrow-only stage needs it).  The workers are forked
+    with them loaded, instead of each importing them (about 0.9 s of CPU each).  Saxon
+    is not among them: its runtime's threads would not survive the fork."""
+    for name in PRELOADED:
+        importlib.import_module(name)
+
+
+def main() -> None:
+    zips = set(bundled_zips(sys.path))
+    sys.path[:] = [entry for entry in sys.path if entry not in zips]
+    preload()
+    from pyspark.daemon import manager
+
+    manager()
+
+
+if __name__ == "__main__":
+    main()

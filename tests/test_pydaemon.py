@@ -1,0 +1,72 @@
+"""Spark's Python daemon as ROSES runs it (roses_app.spark.pydaemon): its workers run
+pyspark's compiled code, not its zip, and start with the fused stage loaded."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from roses_app.spark.pydaemon import bundled_zips
+
+
+def installed(site: Path, *packages: str) -> Path:
+    """A site folder with ``packages`` installed and pyspark's bundled zips; its lib."""
+    for name in packages:
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("")
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    return lib
+
+
+def test_the_zips_of_the_installed_pyspark_are_dropped(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    lib = installed(site, "pyspark", "py4j")
+    path = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), "/x", str(site)]
+    assert bundled_zips(path) == path[:2]
+
+
+def test_a_zip_whose_package_is_not_installed_beside_it_stays(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    lib = installed(site, "pyspark")  # no py4j package: its zip is the only copy
+    path = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"), str(site)]
+    assert bundled_zips(path) == path[:1]
+
+
+def test_the_zips_of_another_spark_home_stay(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    installed(site, "pyspark", "py4j")
+    home = tmp_path / "opt" / "spark" / "python" / "lib"  # a Spark distribution
+    home.mkdir(parents=True)
+    path = [str(home / "pyspark.zip"), str(home / "py4j-0.10.9.9-src.zip"), str(site)]
+    assert bundled_zips(path) == []
+
+
+def test_nothing_is_dropped_when_the_package_is_not_on_the_path(tmp_path: Path) -> None:
+    lib = installed(tmp_path / "site-packages", "pyspark", "py4j")
+    assert bundled_zips([str(lib / "pyspark.zip")]) == []
+
+
+@pytest.mark.spark
+def test_spark_workers_run_compiled_pyspark_with_the_stage_loaded(spark: object) -> None:
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyspark
+
+        loaded = all(
+            name in sys.modules for name in ("pandas", "roses_app.xmlfn.fused", "lxml.etree")
+        )
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict(
+                {"file": [pyspark.__file__] * batch.num_rows, "loaded": [loaded] * batch.num_rows}
+            )
+
+    frame = spark.range(4, numPartitions=2).mapInArrow(probe, "file STRING, loaded BOOLEAN")  # type: ignore[attr-defined]
+    rows = frame.collect()
+    assert len(rows) == 4
+    for row in rows:
+        assert ".zip" not in row.file and row.file.endswith("__init__.py"), row.file
+        assert row.loaded
