@@ -1,5 +1,5 @@
 """Spark's Python daemon as ROSES runs it (roses_app.spark.pydaemon): its workers run
-pyspark's compiled code, not its zip, and start with the fused stage loaded."""
+pyspark's compiled code, not its zip."""
 
 from __future__ import annotations
 
@@ -52,21 +52,25 @@ def test_nothing_is_dropped_when_the_package_is_not_on_the_path(tmp_path: Path) 
 
 
 @pytest.mark.spark
-def test_spark_workers_run_compiled_pyspark_with_the_stage_loaded(spark: object) -> None:
+def test_spark_workers_run_the_installed_compiled_pyspark(spark: object) -> None:
     def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyspark
+        import pyspark.worker
 
-        loaded = all(
-            name in sys.modules for name in ("pandas", "roses_app.xmlfn.fused", "lxml.etree")
-        )
+        zips = [entry for entry in sys.path if entry.endswith(".zip")]
         for batch in batches:
             yield pa.RecordBatch.from_pydict(
-                {"file": [pyspark.__file__] * batch.num_rows, "loaded": [loaded] * batch.num_rows}
+                {
+                    "file": [pyspark.worker.__file__] * batch.num_rows,
+                    "cached": [pyspark.worker.__cached__] * batch.num_rows,
+                    "zips": [" ".join(zips)] * batch.num_rows,
+                }
             )
 
-    frame = spark.range(4, numPartitions=2).mapInArrow(probe, "file STRING, loaded BOOLEAN")  # type: ignore[attr-defined]
+    ddl = "file STRING, cached STRING, zips STRING"
+    frame = spark.range(4, numPartitions=2).mapInArrow(probe, ddl)  # type: ignore[attr-defined]
     rows = frame.collect()
     assert len(rows) == 4
     for row in rows:
-        assert ".zip" not in row.file and row.file.endswith("__init__.py"), row.file
-        assert row.loaded
+        assert row.file.endswith("/pyspark/worker.py") and ".zip" not in row.file, row.file
+        assert row.cached and Path(row.cached).is_file(), row.cached  # bytecode on disk
+        assert "pyspark.zip" not in row.zips and "py4j" not in row.zips, row.zips

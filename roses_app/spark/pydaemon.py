@@ -9,23 +9,16 @@ inside the installed pyspark package (a pip install, ``SPARK_HOME`` that package
 same code is on the path uncompressed, with its bytecode: this module drops the zips
 from the path before anything of pyspark is imported, then runs pyspark's daemon.
 With any other ``SPARK_HOME`` (a Spark distribution on a cluster) the path is left as
-Spark made it.  The daemon also imports what its workers need before it forks them
-(:func:`preload`).
+Spark made it.  Nothing else is imported before the daemon forks its workers: pyspark
+keeps even its worker module out of the daemon, since pandas and pyarrow start threads
+when imported, and a fork copies only the forking thread.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Sequence
-
-PRELOADED = (
-    "pandas",
-    "roses_app.spark.fused",
-    "roses_app.xmlfn.fused",
-    "roses_app.xmlfn.presearch",
-)
 
 
 def bundled_zips(path: Sequence[str]) -> list[str]:
@@ -49,20 +42,9 @@ def bundled_zips(path: Sequence[str]) -> list[str]:
     return found
 
 
-def preload() -> None:
-    """Import, once in the daemon, what every worker it forks imports: the fused
-    stage and its XML code, and pandas (pyarrow imports it on the first conversion
-    of Python values, so even the Arrow-only stage needs it).  The workers are forked
-    with them loaded, instead of each importing them (about 0.9 s of CPU each).  Saxon
-    is not among them: its runtime's threads would not survive the fork."""
-    for name in PRELOADED:
-        importlib.import_module(name)
-
-
 def main() -> None:
     zips = set(bundled_zips(sys.path))
     sys.path[:] = [entry for entry in sys.path if entry not in zips]
-    preload()
     from pyspark.daemon import manager
 
     manager()

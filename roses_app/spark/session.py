@@ -74,7 +74,7 @@ def session_conf(settings: SparkSettings, *, finite: bool = False) -> dict[str, 
         # One Python worker per core, reused, so compiled expressions stay cached.
         "spark.python.worker.reuse": "true",
         # the daemon that forks them: pyspark's, run from its compiled code rather than
-        # its zip, with the stage's modules loaded before it forks (spark/pydaemon.py)
+        # its zip (spark/pydaemon.py)
         "spark.python.daemon.module": "roses_app.spark.pydaemon",
         "spark.driver.bindAddress": "127.0.0.1",
         # local mode runs the tasks in the driver JVM: 1g (Spark's default) is short
