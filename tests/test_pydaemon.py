@@ -46,6 +46,14 @@ def test_the_zips_of_another_spark_home_stay(tmp_path: Path) -> None:
     assert bundled_zips(path) == []
 
 
+def test_a_site_on_the_path_through_a_symbolic_link_is_the_same(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "site-packages"
+    lib = installed(site, "pyspark", "py4j")
+    (tmp_path / "lib64").symlink_to(tmp_path / "lib")  # as a venv's lib64
+    path = [str(lib / "pyspark.zip"), str(tmp_path / "lib64" / "site-packages")]
+    assert bundled_zips(path) == path[:1]
+
+
 def test_nothing_is_dropped_when_the_package_is_not_on_the_path(tmp_path: Path) -> None:
     lib = installed(tmp_path / "site-packages", "pyspark", "py4j")
     assert bundled_zips([str(lib / "pyspark.zip")]) == []

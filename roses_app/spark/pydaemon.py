@@ -25,6 +25,8 @@ def bundled_zips(path: Sequence[str]) -> list[str]:
     """The entries of ``path`` that are zips in an installed pyspark package's
     ``python/lib`` whose package (``pyspark``, ``py4j``) is also installed beside it
     on ``path``: the same code is found without them."""
+    # Spark names SPARK_HOME resolved (pyspark's find_spark_home); the path may not be
+    real = {os.path.realpath(entry) for entry in path}
     found = []
     for entry in path:
         lib = os.path.dirname(entry)
@@ -35,7 +37,7 @@ def bundled_zips(path: Sequence[str]) -> list[str]:
             entry.endswith(".zip")
             and lib == os.path.join(package, "python", "lib")
             and os.path.basename(package) == "pyspark"
-            and site in path
+            and os.path.realpath(site) in real
             and os.path.isfile(os.path.join(site, name, "__init__.py"))
         ):
             found.append(entry)
