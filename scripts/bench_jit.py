@@ -23,19 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench_service import shipped_config
-from benchlib import argument_parser, timed, with_spark_setting, work_folder
-from scale_workload import config_text, generate_items, generate_subscriptions, spark_settings
-from scale_workload import write_events as write_event_file
+from benchlib import argument_parser, with_spark_setting, work_folder
+from coldruns import add_cold_arguments, as_is, cold, generated, print_cold
 
-ROSES = [sys.executable, "-m", "roses_app.cli"]
-PORT = 18_080  # in the copied config only: `roses once` serves nothing
 MODES = ("C1 only", "tiered")
 
 
@@ -45,59 +40,7 @@ def tiered_copy(config: Path) -> Path:
 
     options = f"-Dlog4j.configurationFile={LOG4J_CONFIG}"
     entry = f'conf: {{"spark.driver.extraJavaOptions": "{options}"}}'
-    return with_spark_setting(config, entry, "feeds-tiered.yaml")
-
-
-def generated(work: Path, args: argparse.Namespace) -> tuple[Path, Path, Path]:
-    """The replay's config, its full events file and a 10-event one."""
-    work.mkdir(parents=True, exist_ok=True)
-    items = generate_items(args.items, args.seed)
-    events, start = work / "events.jsonl", work / "start.jsonl"
-    write_event_file(items, events)
-    write_event_file(items[:10], start)
-    subs = generate_subscriptions(args.subs, args.seed)
-    config = work / "feeds.yaml"
-    config.write_text(config_text(subs, work, spark_settings(work / "data", "local[2]")))
-    return config, events, start
-
-
-def cold(work: Path, args: argparse.Namespace) -> list[str]:
-    config, events, start = generated(work, args)
-    env = {**os.environ, "ROSES_CACHE_DIR": str(work / "cache")}
-    configs = {MODES[0]: config, MODES[1]: tiered_copy(config)}
-    out = work / "out"
-
-    def replay(mode: str, path: Path) -> list[str]:
-        return [*ROSES, "replay", "-c", str(configs[mode]), "--events", str(path),
-                "--out", str(out), "--engine", "spark"]  # fmt: skip
-
-    timed(replay(MODES[0], start), work, env, out)  # writes the class archive
-    times: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.repeat):
-        for mode in MODES:
-            for name, path in (("start", start), ("full", events)):
-                times.setdefault((mode, name), []).append(timed(replay(mode, path), work, env, out))
-    if args.once:
-        shipped = work / "shipped"
-        shipped_config(shipped, PORT)
-        once = {MODES[0]: shipped / "feeds.yaml", MODES[1]: tiered_copy(shipped / "feeds.yaml")}
-        for _ in range(args.repeat):
-            for mode in MODES:
-                command = [*ROSES, "once", "-c", str(once[mode])]
-                took = timed(command, shipped, env, shipped / "data")
-                times.setdefault((mode, "once"), []).append(took)
-    median = {key: statistics.median(values) for key, values in times.items()}
-    rows = []
-    for mode in MODES:
-        begin, full = median[mode, "start"], median[mode, "full"]
-        rate = (args.items - 10) / (full - begin)
-        once_cell = f"{median[mode, 'once']:.1f} s" if args.once else "-"
-        rows.append(f"| {mode} | {begin:.1f} s | {full:.1f} s | {full - begin:.1f} s "
-                    f"| {rate:,.0f} | {once_cell} |")  # fmt: skip
-    c1, tiered = (median[m, "full"] - median[m, "start"] for m in MODES)
-    rows.append(f"\nnet time, tiered / C1 only: {tiered / c1:.2f}x; start: "
-                f"{median[MODES[1], 'start'] / median[MODES[0], 'start']:.2f}x")  # fmt: skip
-    return rows
+    return with_spark_setting(config, entry, f"{config.stem}-tiered.yaml")
 
 
 def warm(work: Path, args: argparse.Namespace) -> list[str]:
@@ -138,11 +81,7 @@ def warm_run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--subs", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--repeat", type=int, default=2, help="cold rounds (default 2)")
-    parser.add_argument("--once", action="store_true", help="also `roses once` (shipped)")
+    add_cold_arguments(parser, items=100_000)
     parser.add_argument("--warm-passes", type=int, default=3)
     for hidden in ("--warm-run", "--config", "--events"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
@@ -153,11 +92,8 @@ def main() -> None:
     with work_folder("roses-jit-", keep=False) as work:
         print(f"working in {work}; nproc {os.cpu_count()}; {args.items:,} items, "
               f"{args.subs} subscription(s) and a split")  # fmt: skip
-        table = cold(work / "cold", args)
-        print(f"\ncold, medians of {args.repeat} rounds, each run a fresh process and JVM:\n")
-        print("| JIT | start (10 events) | full | net | items/s net | once shipped |")
-        print("|---|---|---|---|---|---|")
-        print("\n".join(table))
+        table = cold(work / "cold", args, {MODES[0]: as_is, MODES[1]: tiered_copy})
+        print_cold(table, "JIT", args.repeat)
         if args.warm_passes:
             print(f"\nwarm, one JVM per mode, best of {args.warm_passes} passes:\n")
             print("| JIT | time | items/s |\n|---|---|---|")
