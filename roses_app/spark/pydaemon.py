@@ -1,10 +1,10 @@
 """Spark's Python daemon (``spark.python.daemon.module``), run from compiled code.
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on its Python
-workers' path.  Python cannot cache the bytecode of modules imported from a zip, so
-every daemon and worker compiled pyspark's sources again, and each worker's
-``importlib.invalidate_caches()`` re-read the zip's directory of 1,500 files: about a
-second of CPU per process at the start of every run.  When the zips are the ones
+workers' path.  Python cannot cache the bytecode of modules imported from a zip:
+every daemon and worker then compiles pyspark's sources again, and each worker's
+``importlib.invalidate_caches()`` reads the zip's directory of 1,500 files again: up to
+a second of CPU per process at the start of every run.  When the zips are the ones
 inside the installed pyspark package (a pip install, ``SPARK_HOME`` that package), the
 same code is on the path uncompressed, with its bytecode: this module drops the zips
 from the path before anything of pyspark is imported, then runs pyspark's daemon.
@@ -25,7 +25,8 @@ def bundled_zips(path: Sequence[str]) -> list[str]:
     """The entries of ``path`` that are zips in an installed pyspark package's
     ``python/lib`` whose package (``pyspark``, ``py4j``) is also installed beside it
     on ``path``: the same code is found without them."""
-    # Spark names SPARK_HOME resolved (pyspark's find_spark_home); the path may not be
+    # SPARK_HOME is a resolved path (pyspark's find_spark_home); the path's entries may
+    # not be (a venv's lib64 link)
     real = {os.path.realpath(entry) for entry in path}
     found = []
     for entry in path:
