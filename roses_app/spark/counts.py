@@ -16,7 +16,6 @@ from roses_app.algebra.plan import Node
 
 log = logging.getLogger(__name__)
 
-Namespaces = tuple[tuple[str, str], ...]
 ErrorHook = Callable[[str | None, Exception], None]
 
 

@@ -46,8 +46,8 @@ from pyspark.sql.functions import pandas_udf
 from roses_app.algebra.equikeys import EquiKey, equi_key
 from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Window, XQuery
 from roses_app.algebra.specs import describe_window
-from roses_app.spark.counts import ErrorHook, Namespaces
-from roses_app.spark.registry import LowerContext, above_watermark, lower
+from roses_app.spark.counts import ErrorHook
+from roses_app.spark.registry import LowerContext, Namespaces, above_watermark, lower
 
 TRUE = "true()"
 Metadata = dict[str, Any]

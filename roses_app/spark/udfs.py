@@ -14,7 +14,8 @@ import pandas as pd
 from pyspark.sql.functions import pandas_udf
 
 from roses_app.algebra.plan import XQuery
-from roses_app.spark.counts import ErrorHook, Namespaces
+from roses_app.spark.counts import ErrorHook
+from roses_app.spark.registry import Namespaces
 
 
 def _once(udf: Any) -> Any:
