@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import BinaryIO
@@ -32,12 +33,10 @@ from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
 from roses_app.heap import collector_paused
 from roses_app.items import Event, iso8601, iso_micros, parse_item, safe_filename
-from roses_app.store import OutRow, RowLike
+from roses_app.replay_sink import FusedFiles, MemorySink, Outputs
 from roses_app.writes import ParallelWrites
 
 log = logging.getLogger(__name__)
-
-Outputs = dict[str, dict[str, list[RefEvent]]]  # stream -> part -> events
 
 
 class ReplayInputError(RosesError, ValueError):
@@ -158,69 +157,6 @@ def run_reference(config: Config, events: EventList) -> Outputs:
     )
 
 
-class MemorySink:
-    """The engine's sink for a replay: every output event, kept in memory."""
-
-    def __init__(self, streams: Sequence[str]) -> None:
-        self.collected: Outputs = {name: {} for name in streams}
-        self._positions: dict[str, int] = {}
-        self._applied: set[tuple[str, int]] = set()
-
-    def write_batch(
-        self,
-        query_id: str,
-        batch_id: int,
-        rows: Sequence[RowLike],
-        position: int | None = None,
-    ) -> bool:
-        if (query_id, batch_id) in self._applied:
-            return False
-        self._applied.add((query_id, batch_id))
-        collected = self.collected
-        make = tuple.__new__  # RefEvent's own __new__ is a Python call per event
-        lists: dict[tuple[str, str], list[RefEvent]] = {}
-        # the rows of an item that many streams have come one after the other: they
-        # share one event (ten thousand subscriptions: 920,000 rows, 170,000 events)
-        event = RefEvent(0, 0, None)
-        last_ts, last_seq, last_item = event
-        for row in rows:
-            # plain tuples as the engine hands them over: no OutRow per row
-            stream, part, ts, seq, item = (
-                (row.stream, row.part, row.ts, row.seq, row.item)
-                if isinstance(row, OutRow)
-                else row[:5]
-            )
-            events = lists.get((stream, part))
-            if events is None:
-                events = lists[stream, part] = collected[stream].setdefault(part, [])
-            if item is not last_item or ts != last_ts or seq != last_seq:
-                event = make(RefEvent, (ts, seq, item))
-                last_ts, last_seq, last_item = ts, seq, item
-            events.append(event)
-        if position is not None:
-            self._positions[query_id] = max(position, self._positions.get(query_id, 0))
-        return True
-
-    def position(self, query_id: str) -> int:
-        return self._positions.get(query_id, 0)
-
-    def forget_query(self, query_id: str, *, keep_position: bool = False) -> None:
-        if not keep_position:
-            self._positions.pop(query_id, None)
-        self._applied = {(q, b) for q, b in self._applied if q != query_id}
-
-    def versions(self) -> dict[str, str]:
-        return {}
-
-    def set_versions(self, versions: dict[str, str]) -> None:
-        """A replay starts from nothing: there is no published version to keep."""
-
-    def restart_stream(self, stream: str) -> int:
-        removed = sum(len(events) for events in self.collected.get(stream, {}).values())
-        self.collected[stream] = {}
-        return removed
-
-
 def spool_log(work: Path) -> Path:
     """Where a replay working in ``work`` spools its events for Spark."""
     return work / "spool" / "log"
@@ -252,6 +188,19 @@ def run_spark(
     ``progress``, a line of what they have done about every second).  ``spooled``: a
     folder where :func:`write_spool` has already written ``events`` (the caller
     removes it); else the events are spooled in a new folder under ``work_dir``."""
+    sink = spark_sink(config, events, work_dir, progress, spooled=spooled)
+    return sink_outputs(config, sink.collected)
+
+
+def spark_sink(
+    config: Config,
+    events: EventList,
+    work_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    *,
+    spooled: Path | None = None,
+) -> MemorySink:
+    """:func:`run_spark`'s sink, holding what the queries wrote."""
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, start_queries
     from roses_app.spark.session import build_session
@@ -278,7 +227,12 @@ def run_spark(
     finally:
         if spooled is None:
             shutil.rmtree(work, ignore_errors=True)
-    collected = sink.collected
+    return sink
+
+
+def sink_outputs(config: Config, collected: Outputs) -> Outputs:
+    """Each stream's events in event order, an empty "" part for a stream that is not
+    a split and has none."""
     for name, stream in config.streams.items():
         if not isinstance(stream.plan, Split):
             collected[name].setdefault("", [])
@@ -289,11 +243,14 @@ def run_spark(
         }
 
 
-def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path]:
+def write_outputs(
+    outputs: Outputs, out_dir: Path, iso_times: bool, fused: FusedFiles | None = None
+) -> list[Path]:
     """Write DIR/STREAM.jsonl, or DIR/STREAM/VALUE.jsonl for split outputs, one
     ``json.dumps({"ts": ..., "item": ...}, ensure_ascii=False)`` line per event.  The
     line of an event many streams have (a thousand subscriptions matching one item)
-    is made once and written as the same bytes to each file."""
+    is made once and written as the same bytes to each file.  ``fused``: the files
+    of streams whose events are not in ``outputs`` (their parts there are empty)."""
     written: list[Path] = []
     # id of the item object (which the events hold alive) -> its time and line:
     # hashing and comparing the text of each of a million lines cost more than
@@ -302,14 +259,18 @@ def write_outputs(outputs: Outputs, out_dir: Path, iso_times: bool) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     with collector_paused(), ParallelWrites() as writes:
         for stream, parts in outputs.items():
-            if any(parts):
+            more = fused.parts(stream) if fused is not None else []
+            if any(parts) or any(more):
                 (out_dir / stream).mkdir(parents=True, exist_ok=True)
-            for part, events in sorted(parts.items()):
+            for part in sorted({*parts, *more}):
                 name = f"{stream}.jsonl" if part == "" else f"{stream}/{safe_filename(part)}.jsonl"
                 path = out_dir / name
-                writes.submit(path.write_bytes, _joined(events, lines, iso_times))
+                data = fused.data(stream, part) if fused is not None and more else None
+                if data is None:
+                    data = _joined(parts.get(part, ()), lines, iso_times)
+                writes.submit(path.write_bytes, data)
                 written.append(path)
-            if not parts:
+            if not parts and not more:
                 (out_dir / stream).mkdir(parents=True, exist_ok=True)
     return written
 
@@ -332,9 +293,13 @@ def output_line(event: RefEvent, iso_times: bool) -> bytes:
     """The bytes of ``json.dumps({"ts": ..., "item": ...}, ensure_ascii=False)`` and a
     newline, made by json's own C string encoder: a dict and ``json.dumps`` per line
     cost a replay as much as its engine."""
-    ts = encode_basestring(iso8601(event.ts)) if iso_times else str(event.ts)
-    item = "null" if event.item is None else encode_basestring(event.item)
-    return f'{{"ts": {ts}, "item": {item}}}\n'.encode()
+    return _line(event.ts, event.item, iso_times)
+
+
+def _line(ts: int, item: str | None, iso_times: bool) -> bytes:
+    text = encode_basestring(iso8601(ts)) if iso_times else str(ts)
+    value = "null" if item is None else encode_basestring(item)
+    return f'{{"ts": {text}, "item": {value}}}\n'.encode()
 
 
 def replay(
@@ -354,8 +319,11 @@ def replay(
         try:
             with collector_paused():
                 events = _read_while_spark_starts(config, events_path, work)
-                outputs = run_spark(config, events, progress=progress, spooled=work)
-                return write_outputs(outputs, out_dir, events.iso_times)
+                sink = spark_sink(config, events, progress=progress, spooled=work)
+                iso = events.iso_times
+                fused = FusedFiles(sink.take_fused(), partial(_line, iso_times=iso))
+                outputs = sink_outputs(config, sink.collected)
+                return write_outputs(outputs, out_dir, iso, fused)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
@@ -384,12 +352,16 @@ def _read_while_spark_starts(config: Config, events_path: Path, work: Path) -> E
 
 
 __all__: Sequence[str] = [
+    "MemorySink",
+    "Outputs",
     "ReplayInputError",
     "open_events",
     "read_events",
     "replay",
     "run_reference",
     "run_spark",
+    "sink_outputs",
+    "spark_sink",
     "spool_log",
     "write_outputs",
     "write_spool",

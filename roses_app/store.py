@@ -26,12 +26,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lxml import etree
 
 from roses_app.errors import StoreError
 from roses_app.items import parse_item
 from roses_app.store_rows import OutRow, RowLike, StoredEntry, entry_guid, out_row
+
+if TYPE_CHECKING:
+    from roses_app.spark.fusedrows import FusedRows
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +237,12 @@ class Store:
         if changed:
             self._notify(changed)
         return True
+
+    def write_fused(
+        self, query_id: str, batch_id: int, rows: FusedRows, position: int | None = None
+    ) -> bool:
+        """:meth:`write_batch` of a fused batch's rows: a row per stream and item."""
+        return self.write_batch(query_id, batch_id, rows.rows(), position)
 
     def add_listener(self, listener: Callable[[set[tuple[str, str]]], None]) -> None:
         """Call ``listener(feeds)`` after each committed write that changed feeds, on

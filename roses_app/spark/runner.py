@@ -34,12 +34,13 @@ from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
-from roses_app.algebra.program import TICK_OUTPUT, Program, build_program
+from roses_app.algebra.program import Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.counts import CountsParam
-from roses_app.spark.frontier import FrontierLog, FrontierRow
+from roses_app.spark.frontier import FrontierLog
 from roses_app.spark.fused import fused_frame
+from roses_app.spark.fusedrows import FusedRows, OutputRow, split_rows
 from roses_app.spark.generation import stateful_frame, under_one_key
 from roses_app.spark.layout import (
     STATELESS_QUERY,
@@ -64,8 +65,6 @@ from roses_app.spool import CORRUPT_COLUMN, SPARK_READ_DDL, archive_of, last_arc
 log = logging.getLogger(__name__)
 
 Namespaces = tuple[tuple[str, str], ...]
-OutputRow = tuple[str, str, int, int, str] | tuple[str, str, int, int, str, str]
-# stream, part, ts, seq, item[, guid]
 
 
 class Sink(Ledger, Protocol):
@@ -73,6 +72,12 @@ class Sink(Ledger, Protocol):
         self, query_id: str, batch_id: int, rows: list[OutputRow], position: int | None = None
     ) -> bool:
         """Apply one micro-batch's rows (and the spool position it reached) once."""
+        ...
+
+    def write_fused(
+        self, query_id: str, batch_id: int, rows: FusedRows, position: int | None = None
+    ) -> bool:
+        """:meth:`write_batch` for the stateless streams' rows as the stage made them."""
         ...
 
     def restart_stream(self, stream: str) -> int:
@@ -288,46 +293,6 @@ def stateless_program(
     return program, streams_of
 
 
-def split_rows(
-    table: object,
-    program: Program,
-    streams_of: dict[str, list[str]],
-    frontier_keys: set[str] | None,
-) -> tuple[list[OutputRow], list[FrontierRow], int, int]:
-    """A fused batch's rows: stream output rows, frontier rows, latest ts and seq.
-    Each output node is one program output and each fused row one distinct item of an
-    input event, so no row comes twice.  A frontier row is at its ingest time (the
-    stateful queries' watermark follows the spool's order), with the item's own time
-    beside it when that is another (its publication time)."""
-    # per program output: the streams it stands for, and whether it is a frontier node
-    # (looked up once here, not once per row and output)
-    streams_at = [tuple(streams_of.get(key, ())) for _, key in program.outputs]
-    frontier_at = [
-        key if frontier_keys is not None and key in frontier_keys else None
-        for _, key in program.outputs
-    ]
-    names = ("outputs", "part", "ts", "seq", "item", "guid", "arrival")
-    columns = [table.column(n).to_pylist() for n in names]  # type: ignore[attr-defined]
-    out: list[OutputRow] = []
-    frontier: list[FrontierRow] = []
-    append, mark = out.append, frontier.append
-    latest_ts = latest_seq = 0
-    for outputs, part, ts, seq, item, guid, arrival in zip(*columns, strict=True):
-        if item is None:
-            if outputs == [TICK_OUTPUT]:
-                latest_ts, latest_seq = max(latest_ts, ts), max(latest_seq, seq)
-            elif frontier_keys is not None:
-                mark((None, ts, seq, None, None))  # a heartbeat
-            continue
-        for index in outputs:
-            key = frontier_at[index]
-            if key is not None:
-                mark((key, arrival, seq, item, None if ts == arrival else ts))
-            for stream in streams_at[index]:
-                append((stream, part, ts, seq, item, guid))
-    return out, frontier, latest_ts, latest_seq
-
-
 def stateless_handler(
     engine: Engine,
     program: Program,
@@ -337,11 +302,15 @@ def stateless_handler(
 ) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> int:
         table = batch.toArrow()
+        if frontier_keys is None:  # no frontier: the rows go to the sink as they came
+            fused = FusedRows(table, program, streams_of)
+            engine.sink.write_fused(STATELESS_QUERY, batch_id, fused, fused.latest_seq())
+            return fused.count()
         with collector_paused():  # a row per stream an item reaches: many small objects
             rows, frontier, latest_ts, latest_seq = split_rows(
                 table, program, streams_of, frontier_keys
             )
-            if frontier_keys is not None and (frontier or latest_seq):
+            if frontier or latest_seq:
                 epoch = read_epoch(engine.checkpoints / STATELESS_QUERY)
                 engine.frontier.write_live(
                     readers, batch_id, frontier, latest_ts, latest_seq, epoch
