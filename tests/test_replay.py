@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roses_app.algebra.reference import RefEvent
@@ -123,6 +123,7 @@ def test_output_lines_are_what_json_dumps_writes(tmp_path: Path, iso: bool) -> N
     assert (tmp_path / "two" / "x.jsonl").read_text(encoding="utf-8") == lines(events[:1])
 
 
+@settings(max_examples=400)
 @given(
     st.text(alphabet=st.characters(blacklist_categories=("Cs",))),
     st.integers(-(2**62), 2**62),

@@ -304,7 +304,8 @@ def stateless_handler(
         table = batch.toArrow()
         if frontier_keys is None:  # no frontier: the rows go to the sink as they came
             fused = FusedRows(table, program, streams_of)
-            engine.sink.write_fused(STATELESS_QUERY, batch_id, fused, fused.latest_seq())
+            with collector_paused():  # the store makes a row per stream an item reaches
+                engine.sink.write_fused(STATELESS_QUERY, batch_id, fused, fused.latest_seq())
             return fused.count()
         with collector_paused():  # a row per stream an item reaches: many small objects
             rows, frontier, latest_ts, latest_seq = split_rows(
