@@ -37,6 +37,8 @@ from roses_app.writes import ParallelWrites
 
 log = logging.getLogger(__name__)
 
+Progress = Callable[[str], None] | None
+
 
 class ReplayInputError(RosesError, ValueError):
     """The events file has mistakes (each reported with its line)."""
@@ -176,30 +178,25 @@ def write_spool(work: Path, events: Sequence[RefInput], files: int) -> None:
 
 
 def run_spark(
-    config: Config,
-    events: EventList,
-    work_dir: Path | None = None,
-    progress: Callable[[str], None] | None = None,
-    *,
-    spooled: Path | None = None,
+    config: Config, events: EventList, work_dir: Path | None = None, progress: Progress = None
 ) -> Outputs:
     """Evaluate through the Spark engine: the same queries the daemon runs (with
-    ``progress``, a line of what they have done about every second).  ``spooled``: a
-    folder where :func:`write_spool` has already written ``events`` (the caller
-    removes it); else the events are spooled in a new folder under ``work_dir``."""
-    sink = spark_sink(config, events, work_dir, progress, spooled=spooled)
-    return sink_outputs(config, sink.collected)
+    ``progress``, a line of what they have done about every second), spooling the
+    events under ``work_dir``; each stream's events in event order."""
+    return sink_outputs(config, spark_sink(config, events, work_dir, progress).collected)
 
 
 def spark_sink(
     config: Config,
     events: EventList,
     work_dir: Path | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress = None,
     *,
     spooled: Path | None = None,
 ) -> MemorySink:
-    """:func:`run_spark`'s sink, holding what the queries wrote."""
+    """What the queries wrote, evaluating ``events`` as :func:`run_spark` does.
+    ``spooled``: a folder where :func:`write_spool` has already written them (the
+    caller removes it); else they are spooled in a new folder under ``work_dir``."""
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, start_queries
     from roses_app.spark.session import build_session
@@ -307,7 +304,7 @@ def replay(
     events_path: Path,
     out_dir: Path,
     engine: str,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress = None,
 ) -> list[Path]:
     if engine == "reference":
         events = read_events(events_path, config.settings.max_future)

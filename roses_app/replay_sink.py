@@ -5,7 +5,8 @@ distinct item, with the outputs that have it) until the replay writes its files:
 :class:`FusedFiles` then sorts each batch's rows once, makes each row's output line
 once, and joins the lines of each stream and part by index arrays.  Expanding them
 into an event per stream first (:attr:`MemorySink.collected`, what the tests read)
-cost a 10,000-subscription replay of 100,000 items about 2.5 s of its 19 on 2 cores.
+made 844,000 events of 100,000 items at 10,000 subscriptions: the driver's work
+after the query took about 4 s on 2 cores, now about 2.
 """
 
 from __future__ import annotations
