@@ -12,11 +12,12 @@ Both engines write identical files.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -31,7 +32,7 @@ from roses_app.config.model import Config
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
 from roses_app.heap import collector_paused
-from roses_app.items import Event, iso8601, iso_micros, parse_item, safe_filename
+from roses_app.items import Event, check_item, iso8601, iso_micros, safe_filename
 from roses_app.replay_sink import FusedFiles, MemorySink, Outputs
 from roses_app.writes import ParallelWrites
 
@@ -48,6 +49,25 @@ class ReplayInputError(RosesError, ValueError):
 class EventList:
     events: list[RefInput]
     iso_times: bool  # True: ts were ISO-8601 and are µs since the epoch
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """Events already spooled for Spark (:func:`write_spool`) under ``folder``, and
+    their items by seq (the queries' sink takes them from there)."""
+
+    folder: Path
+    count: int
+    iso_times: bool
+    items: list[str | None]
+
+
+def items_by_seq(events: Sequence[RefInput]) -> list[str | None]:
+    """The events' items, at the index of their seq (None where no event has it)."""
+    items: list[str | None] = [None] * (max((e.seq for e in events), default=0) + 1)
+    for event in events:
+        items[event.seq] = event.item
+    return items
 
 
 def _parse_ts(value: object) -> tuple[int, bool]:
@@ -92,7 +112,7 @@ def _parse_line(line: bytes) -> tuple[str, int, bool, str | None, int | None]:
     if not isinstance(source, str) or not (item is None or isinstance(item, str)):
         raise ValueError("source and item must be strings (item null: a heartbeat)")
     if item is not None:
-        parse_item(item)  # a broken item is an input mistake, reported with its line
+        check_item(item)  # a broken item is an input mistake, reported with its line
     ts, iso = _parse_ts(record["ts"])
     published = record.get("published")
     if published is not None:
@@ -188,26 +208,28 @@ def run_spark(
 
 def spark_sink(
     config: Config,
-    events: EventList,
+    events: EventList | Spooled,
     work_dir: Path | None = None,
     progress: Progress = None,
-    *,
-    spooled: Path | None = None,
 ) -> MemorySink:
-    """What the queries wrote, evaluating ``events`` as :func:`run_spark` does.
-    ``spooled``: a folder where :func:`write_spool` has already written them (the
-    caller removes it); else they are spooled in a new folder under ``work_dir``."""
+    """What the queries wrote, evaluating ``events`` as :func:`run_spark` does: spooled
+    in a new folder under ``work_dir`` (removed after), or already (the caller removes
+    that folder)."""
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, start_queries
     from roses_app.spark.session import build_session
 
-    work = spooled or Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
+    spooled = isinstance(events, Spooled)
+    if isinstance(events, Spooled):
+        work = events.folder
+    else:
+        work = Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
     sink = MemorySink(list(config.streams))
     try:
         spark = build_session(
             config.settings.spark, config.settings.data_dir / "cache", finite=True
         )
-        if spooled is None:
+        if isinstance(events, EventList):
             write_spool(work, events.events, spark.sparkContext.defaultParallelism)
         engine = Engine(
             spark,
@@ -217,11 +239,13 @@ def spark_sink(
             sink,
             once=True,
             lateness=config.settings.lateness,
+            inputs=events.items if isinstance(events, Spooled) else items_by_seq(events.events),
         )
         running = start_queries(engine, [stream.stream for stream in config.streams.values()])
-        await_all(running, progress, total_events=len(events.events))
+        total = events.count if isinstance(events, Spooled) else len(events.events)
+        await_all(running, progress, total_events=total)
     finally:
-        if spooled is None:
+        if not spooled:
             shutil.rmtree(work, ignore_errors=True)
     return sink
 
@@ -315,9 +339,9 @@ def replay(
         work = Path(tempfile.mkdtemp(prefix="roses-replay-"))
         try:
             with collector_paused():
-                events = _read_while_spark_starts(config, events_path, work)
-                sink = spark_sink(config, events, progress=progress, spooled=work)
-                iso = events.iso_times
+                spooled = _read_while_spark_starts(config, events_path, work)
+                sink = spark_sink(config, spooled, progress=progress)
+                iso = spooled.iso_times
                 fused = FusedFiles(sink.take_fused(), partial(_line, iso_times=iso))
                 outputs = sink_outputs(config, sink.collected)
                 return write_outputs(outputs, out_dir, iso, fused)
@@ -326,32 +350,37 @@ def replay(
     raise ValueError(f"unknown engine {engine!r} (expected spark or reference)")
 
 
-def _read_while_spark_starts(config: Config, events_path: Path, work: Path) -> EventList:
-    """The events, read, checked and spooled in ``work`` by a thread while this one
-    starts Spark: the JVM boots in its own process, so the two overlap (a second or
-    two of a replay, and the spool's writing too)."""
+def _read_while_spark_starts(config: Config, events_path: Path, work: Path) -> Spooled:
+    """The events, read, checked and spooled in ``work`` by a child process while this
+    one starts Spark, which boots the JVM in its own process: the three overlap (a
+    second or two of a replay).  A thread did it before; its JSON and XML work held
+    the GIL that the start of Spark's py4j gateway waits for, a few ms at each call."""
     from roses_app.spark.session import build_session
 
-    opened = open_events(events_path)  # a path that cannot be read fails now, not after
+    open_events(events_path).close()  # a path that cannot be read fails now, not after
     # one file per core of this machine, as for a local master; Spark cuts the files
     # into more partitions when it has more cores (JSON Lines can be split)
     files = os.cpu_count() or 1
-
-    def read_and_spool() -> EventList:
-        events = read_events(events_path, config.settings.max_future, opened)
-        write_spool(work, events.events, files)
-        return events
-
-    with ThreadPoolExecutor(1, thread_name_prefix="roses-read-events") as pool:
-        reading = pool.submit(read_and_spool)
+    # forked (cheap) before this process starts a JVM; the child only reads and writes
+    # files, and logs (logging's locks are reset in a forked child)
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        reading = pool.submit(_read_and_spool, events_path, config.settings.max_future, work, files)
         build_session(config.settings.spark, config.settings.data_dir / "cache", finite=True)
         return reading.result()
+
+
+def _read_and_spool(events_path: Path, max_future: int, work: Path, files: int) -> Spooled:
+    events = read_events(events_path, max_future)
+    write_spool(work, events.events, files)
+    return Spooled(work, len(events.events), events.iso_times, items_by_seq(events.events))
 
 
 __all__: Sequence[str] = [
     "MemorySink",
     "Outputs",
     "ReplayInputError",
+    "Spooled",
     "open_events",
     "read_events",
     "replay",

@@ -79,7 +79,7 @@ class MemorySink:
             return None
         fused, self._fused = self._fused, []
         table = pa.concat_tables([rows.table for rows in fused])
-        return FusedRows(table, first.program, first.streams_of)
+        return FusedRows(table, first.program, first.streams_of, first.inputs)
 
     def _apply(self, query_id: str, batch_id: int, position: int | None) -> bool:
         """Record a batch as applied (and the position it reached); False if it was."""
@@ -148,7 +148,7 @@ class FusedFiles:
         if rows is None:
             return
         table = rows.table
-        lines = map(line, table.column("ts").to_pylist(), table.column("item").to_pylist())
+        lines = map(line, table.column("ts").to_pylist(), rows.items())
         self._lines = np.empty(table.num_rows, dtype=object)
         self._lines[:] = list(lines)  # a time mark's line is made too, and never used
         for found in rows.by_stream():

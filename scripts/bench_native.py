@@ -7,10 +7,11 @@ item (``from_xml``), with no Python worker, instead of the fused Python stage (l
 the presearcher).  On the same spool and in one run it times, as batch jobs:
 
 * ``fused``: the fused stage as ROSES runs it (``spark.fused.fused_frame``);
-* ``pass-through``: the same ``mapInArrow`` with a function that parses nothing and
-  hands every event back as an output row (the stage's schema): what Spark's reading
-  of the spool, the Arrow transfers to and from the Python workers and the collection
-  cost by themselves, the floor of any stage run in Python workers;
+* ``pass-through``: the same ``mapInArrow`` over the spool's lines with a function that
+  decodes each line (as the stage does) and parses no item, and hands every event back
+  as an output row (the stage's schema): what Spark's reading of the spool, the Arrow
+  transfers to and from the Python workers and the collection cost by themselves,
+  the floor of any stage run in Python workers;
 * ``jvm parse``: Spark's parse of the two fields alone (a lower bound of any JVM path);
 * ``jvm``: parse, filter and split as Catalyst expressions, the rows collected;
 * ``jvm exact``: the same with the checks Spark's values need to equal lxml's, as
@@ -78,19 +79,23 @@ def jvm_frame(events: object, *, exact: bool, collect: bool = True) -> object:
 
 
 def pass_through(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Every event as an output row of the fused stage's schema, nothing parsed."""
-    from roses_app.spark.fused import FUSED_SCHEMA
+    """Every event of the spool's lines as an output row of the fused stage's schema,
+    no item parsed."""
+    from roses_app.spark.fused import FUSED_SCHEMA, bad_line_hook
+    from roses_app.spool import decode_lines
 
     for batch in batches:
-        n = batch.num_rows
+        lines = batch.column(0).cast(pa.binary()).to_pylist()
+        _, ts, seq, items, _ = decode_lines(lines, bad_line_hook(None))
+        n = len(ts)
         columns = {
             "outputs": pa.array([[0]] * n, pa.list_(pa.int32())),
             "part": pa.array([""] * n, pa.string()),
-            "ts": batch.column("ts"),
-            "seq": batch.column("seq"),
-            "item": batch.column("item"),
+            "ts": pa.array(ts, pa.int64()),
+            "seq": pa.array(seq, pa.int64()),
+            "item": pa.array(items, pa.string()),
             "guid": pa.nulls(n, pa.string()),
-            "arrival": batch.column("ts"),
+            "arrival": pa.array(ts, pa.int64()),
         }
         yield pa.RecordBatch.from_arrays(list(columns.values()), schema=FUSED_SCHEMA)
 
@@ -115,9 +120,9 @@ def main() -> None:
     from roses_app.config import load_config
     from roses_app.items import Event
     from roses_app.replay import read_events
-    from roses_app.spark.fused import FUSED_DDL, INPUT_COLUMNS, fused_frame
+    from roses_app.spark.fused import FUSED_DDL, fused_frame
     from roses_app.spark.session import build_session
-    from roses_app.spool import SPARK_READ_DDL, write_events
+    from roses_app.spool import SPARK_SCHEMA_DDL, write_events
 
     work = Path(tempfile.mkdtemp(prefix="roses-bench-native-"))
     generate(work / "events.jsonl", args.items)
@@ -132,13 +137,12 @@ def main() -> None:
         write_events(work / "spool" / f"e{n}.jsonl", chunk)
     streams = rewrite_streams([s.stream for s in config.streams.values()], ())
     program = build_program([(s.plan, s.name) for s in streams], ())
-    spool = spark.read.schema(SPARK_READ_DDL).json(str(work / "spool"))
+    lines = spark.read.text(str(work / "spool"))  # what the stage reads
+    spool = spark.read.schema(SPARK_SCHEMA_DDL).json(str(work / "spool"))  # the JVM's input
 
     runs: dict[str, Callable[[], int]] = {
-        "fused": lambda: fused_frame(spool, program).toArrow().num_rows,
-        "pass-through": lambda: (
-            spool.select(*INPUT_COLUMNS).mapInArrow(pass_through, FUSED_DDL).toArrow().num_rows
-        ),
+        "fused": lambda: fused_frame(lines, program).toArrow().num_rows,
+        "pass-through": lambda: lines.mapInArrow(pass_through, FUSED_DDL).toArrow().num_rows,
         "jvm parse": lambda: jvm_frame(spool, exact=False, collect=False).count(),  # type: ignore[attr-defined]
         "jvm": lambda: jvm_frame(spool, exact=False).toArrow().num_rows,  # type: ignore[attr-defined]
         "jvm exact": lambda: jvm_frame(spool, exact=True).toArrow().num_rows,  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from strategies import PREDICATES, event_lists, stream_plans
 
 from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, Union, XQuery
-from roses_app.algebra.program import build_program
+from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, build_program
 from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
 from roses_app.xmlfn.fused import run_program
 
@@ -24,9 +24,10 @@ SUBSCRIPTIONS = (
 
 
 def fused_outputs(
-    streams: list[Stream], events: list[RefInput], *, presearch: bool
+    streams: list[Stream], events: list[RefInput], *, presearch: bool, inputs_held: bool = False
 ) -> dict[str, dict[str, list[RefEvent]]]:
-    """What the stateless query would publish, per stream and part."""
+    """What the stateless query would publish, per stream and part (``inputs_held``:
+    its items that are input items taken back from the inputs, as a replay does)."""
     program = build_program([(s.plan, s.name) for s in streams])
     rows = run_program(
         program,
@@ -35,9 +36,14 @@ def fused_outputs(
         [e.seq for e in events],
         [e.item for e in events],
         presearch=presearch,
+        inputs_held=inputs_held,
     )
+    inputs = {e.seq: e.item for e in events}
     out: dict[str, dict[str, list[RefEvent]]] = {s.name: {} for s in streams}
-    for outputs, part, ts, seq, item, *_ in rows:
+    for outputs, part, ts, seq, item, guid, _ in rows:
+        if inputs_held:
+            assert guid is None
+            item = inputs[seq] if item == INPUT_ITEM else item
         for index in outputs if item is not None else ():
             key = program.outputs[index][1]
             out[key].setdefault(part, []).append(RefEvent(ts, seq, item))
@@ -60,6 +66,28 @@ def test_random_streams_in_one_program_equal_the_reference(
     expected = reference_outputs(streams, events)
     assert fused_outputs(streams, events, presearch=True) == expected
     assert fused_outputs(streams, events, presearch=False) == expected
+    assert fused_outputs(streams, events, presearch=True, inputs_held=True) == expected
+
+
+def test_with_the_inputs_held_only_made_items_come_back() -> None:
+    """A replay holds the input items: the rows of a filter's and a split's items
+    carry INPUT_ITEM (nothing to send back), a map's new item its text."""
+    item = "<item><title>Lava</title><category>geo</category></item>"
+    lava = Filter(Source("wire"), "contains(title, 'Lava')")
+    streams = [
+        Stream("lava", lava),
+        Stream("by", Split(Source("wire"), "string(category)")),
+        Stream("short", Map(lava, "title")),
+    ]
+    program = build_program([(s.plan, s.name) for s in streams])
+    rows = run_program(program, ["wire"], [5], [1], [item], inputs_held=True)
+    made = {(tuple(outputs), part, text, guid) for outputs, part, _, _, text, guid, _ in rows}
+    assert made == {
+        ((0,), "", INPUT_ITEM, None),
+        ((1,), "geo", INPUT_ITEM, None),
+        ((2,), "", "<item><title>Lava</title></item>", None),  # the title alone
+        ((TICK_OUTPUT,), "", None, None),
+    }
 
 
 @settings(max_examples=40, deadline=None)

@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.program import TICK_OUTPUT, Program
+from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program
 from roses_app.algebra.reference_registry import RefEvent, ordered
 from roses_app.replay import _line, write_outputs
 from roses_app.replay_sink import FusedFiles, MemorySink
@@ -70,14 +70,39 @@ def expanded_files(rows: FusedRows, iso: bool) -> dict[tuple[str, str], bytes]:
     }
 
 
+# the input item of each seq, for a sink that holds them (a replay)
+INPUTS = [ITEMS[seq % len(ITEMS)] for seq in range(5)]
+
+
+def held(table: pa.Table) -> pa.Table:
+    """The table as the stage makes it when the sink holds the inputs: an input
+    event's own item is INPUT_ITEM, no row has a guid."""
+    items = [
+        INPUT_ITEM if item is not None and item == INPUTS[seq] else item
+        for item, seq in zip(table["item"].to_pylist(), table["seq"].to_pylist(), strict=True)
+    ]
+    table = table.set_column(table.schema.get_field_index("item"), "item", pa.array(items))
+    index = table.schema.get_field_index("guid")
+    return table.set_column(index, "guid", pa.nulls(table.num_rows, pa.string()))
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(row, max_size=25), st.lists(split_row, max_size=6), st.integers(1, 3))
+@given(
+    st.lists(row, max_size=25), st.lists(split_row, max_size=6), st.integers(1, 3), st.booleans()
+)
 def test_files_from_the_fused_rows_are_those_of_the_rows_per_stream(
-    rows: list, splits: list, batches: int
+    rows: list, splits: list, batches: int, inputs_held: bool
 ) -> None:
-    fused = FusedRows(fused_table(rows, splits, batches), program(), STREAMS)
-    files = FusedFiles(fused, partial(_line, iso_times=False))
+    """Also when the stage left out the items the sink holds: the same files."""
+    table = fused_table(rows, splits, batches)
+    fused = FusedRows(table, program(), STREAMS)
     expected = expanded_files(fused, False)
+    if inputs_held:
+        fused = FusedRows(held(table), program(), STREAMS, INPUTS)
+        assert [r[:5] for r in fused.rows()] == [
+            r[:5] for r in FusedRows(table, program(), STREAMS).rows()
+        ]
+    files = FusedFiles(fused, partial(_line, iso_times=False))
     got = {
         (stream, part): files.data(stream, part)
         for stream in ("a", "b", "c", "split")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from roses_app.algebra.reference import RefEvent
@@ -56,7 +56,7 @@ def test_spark_engine_matches_expected(fixture: Path, tmp_path: Path, spark: obj
 
 @pytest.mark.spark
 def test_a_spark_replay_reads_its_events_while_spark_starts(tmp_path: Path, spark: object) -> None:
-    """``replay`` reads the events in a thread beside the session's start: the same
+    """``replay`` reads the events in a child process beside the session's start: the same
     files come out, and a broken line still fails the replay with its line number."""
     fixture = DATA / "replay" / "spine"
     config = load_config(fixture / "feeds.yaml")
@@ -134,6 +134,40 @@ def test_any_item_text_comes_out_as_json_dumps_writes_it(text: str, ts: int) -> 
 
     expected = json.dumps({"ts": ts, "item": text}, ensure_ascii=False) + "\n"
     assert output_line(RefEvent(ts, 1, text), False) == expected.encode("utf-8")
+
+
+# pieces of items: markup, references, names with and without prefixes, characters
+# XML forbids or allows, declarations
+XML_PIECES = st.sampled_from(
+    [
+        *("<item>", "</item>", "<a>", "</a>", "<b/>", "<a:b>", "</a:b>", "<x:c xmlns:x='u'>"),
+        *("</x:c>", "<a xmlns='u'>", "<a xmlns:p=''>", "<a xml:lang='en'>", "<a b='1' b='2'>"),
+        *("&amp;", "&foo;", "&e;", "&#1;", "&#x41;", "<!--", "-->", "<![CDATA[", "]]>"),
+        *("<?pi x?>", "<!DOCTYPE a [<!ENTITY e 'v'>]>", "<!DOCTYPE a SYSTEM 'x'>"),
+        *("<?xml version='1.0'?>", "<?xml version='1.0' encoding='latin-1'?>", "\ufeff"),
+        *(" ", "\n", "é", "\x00", "\x0b", "\ud7ff", "\ufffe", "\U0001f600", "'", '"', "="),
+        *("<", ">", "&", "]"),
+    ]
+)
+
+
+@settings(max_examples=1500)
+@given(st.lists(XML_PIECES, max_size=8).map("".join))
+@example("<?xml version='1.0' encoding='latin-1'?><b/>")  # lxml: no such encoding
+@example("<a:b/>")  # an unbound prefix: expat checks namespaces too
+def test_an_item_is_checked_broken_exactly_when_lxml_cannot_parse_it(text: str) -> None:
+    """A replay checks each item with expat first (a third of lxml's time); the
+    verdict must be lxml's, whose parse the engines use."""
+    from roses_app.items import check_item, parse_item
+
+    def fails(check: object) -> bool:
+        try:
+            check(text)  # type: ignore[operator]
+        except (SyntaxError, ValueError):  # lxml's XMLSyntaxError is a SyntaxError
+            return True
+        return False
+
+    assert fails(check_item) == fails(parse_item)
 
 
 def test_the_memory_sink_keeps_one_event_per_item_however_many_streams_have_it() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from roses_app.items import Event
-from roses_app.spool import Spool, write_events
+from roses_app.spool import Spool, decode_lines, write_events
 
 
 def items(*guids: str) -> list[tuple[str, int | None]]:
@@ -231,6 +231,38 @@ def test_a_read_from_a_time_skips_the_files_wholly_before_it(tmp_path: Path) -> 
     write_events(other / "log" / "00000000000000000003-c.jsonl", [Event("a", 7, 3, "<i/>")])
     assert [e.seq for e in read_spool(other, since=7)] == [1, 2, 3]
     assert [e.seq for e in read_spool(other, since=8)] == [1, 3]
+
+
+def test_spool_lines_decode_to_the_events_written_and_the_rest_is_reported(
+    tmp_path: Path,
+) -> None:
+    """The stage reads the spool as lines: what write_events wrote comes back field
+    by field; a line that is not an event is reported with why, and left out."""
+    events = [Event("F", 2, 1, "<item>é</item>", 7), Event("", 3, 2, None)]
+    write_events(tmp_path / "e.jsonl", events)
+    broken = [
+        b'{"source": "F", "ts": 2',  # cut: not JSON
+        b"[1, 2]",
+        b'{"source": "F", "seq": 4, "item": "<i/>"}',  # no ts
+        b'{"source": "F", "ts": true, "seq": 5, "item": "<i/>"}',  # a bool is no time
+        b'{"source": 1, "ts": 6, "seq": 6, "item": "<i/>"}',
+        b'{"source": "F", "ts": 7, "seq": 7, "item": "<i/>", "published": "x"}',
+        b"  ",  # blank: skipped, as Spark's JSON reader did
+    ]
+    lines = (tmp_path / "e.jsonl").read_bytes().splitlines()
+    bad: list[tuple[str, str]] = []
+    decoded = decode_lines([*broken, *lines], lambda line, why: bad.append((line, why)))
+    assert decoded == (["F", ""], [2, 3], [1, 2], ["<item>é</item>", None], [7, None])
+    assert [why for _, why in bad] == [
+        "not JSON",
+        "not a JSON object",
+        "no ts",
+        *["a field of the wrong type"] * 3,
+    ]
+    assert bad[0][0] == '{"source": "F", "ts": 2'
+    # a backfill reads up to a seq; text lines (str) decode as bytes do
+    upto = decode_lines([line.decode() for line in lines], bad.append, max_seq=1)  # type: ignore[arg-type]
+    assert upto == (["F"], [2], [1], ["<item>é</item>"], [7])
 
 
 @pytest.mark.spark

@@ -18,6 +18,9 @@ from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union, XQue
 Namespaces = tuple[tuple[str, str], ...]
 TICK = "~tick"  # the key of a batch's time mark (latest ts and seq seen) in the frontier log
 TICK_OUTPUT = -1  # the output index of that time mark in the fused stage's rows
+# The item of a fused row that is its input event's item, when the sink holds the
+# input items (a replay): "" is no item, and the item need not travel back
+INPUT_ITEM = ""
 
 
 @dataclass(frozen=True)

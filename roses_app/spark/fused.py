@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 
 import pyarrow as pa
 from pyspark import Accumulator
@@ -25,14 +24,13 @@ from roses_app.algebra.program import Program, Step
 from roses_app.heap import collector_paused
 from roses_app.spark import counts
 from roses_app.spark.registry import OUTPUT_COLUMNS
-from roses_app.spool import CORRUPT_COLUMN
+from roses_app.spool import decode_lines
 
 log = logging.getLogger(__name__)
 BAD_LINE = "spool"  # the key under which spool lines that are no event are counted
 
-SPOOL_COLUMNS = ("source", "ts", "seq", "item", "published")
-INPUT_COLUMNS = (*SPOOL_COLUMNS, CORRUPT_COLUMN)  # the column is null on an event
-REQUIRED_COLUMNS = ("ts", "seq")  # null in a line that is not an event: no order without them
+# the spool as Spark's text source reads it: one line a row (decoded in the stage)
+LINE_COLUMN = "value"
 FUSED_DDL = (
     "outputs ARRAY<INT>, part STRING, ts BIGINT, seq BIGINT, item STRING, guid STRING,"
     " arrival BIGINT"
@@ -91,8 +89,11 @@ def fused_frame(
     errors: Accumulator[dict[str, int]] | None = None,
     *,
     presearch: bool = True,
+    max_seq: int | None = None,
+    inputs_held: bool = False,
 ) -> DataFrame:
-    """``events`` (the spool read with SPARK_READ_DDL) through ``program``."""
+    """``events`` (the spool's lines: Spark's text source) through ``program``: the
+    events up to ``max_seq``, if given; ``inputs_held``: see ``run_program``."""
 
     from roses_app.xmlfn.fused import shipped_analyses
 
@@ -111,11 +112,9 @@ def fused_frame(
             # the batch's objects all die here: freed before the collector is back
             # on, none is walked by a collection (one per batch cost 5 % of the stage)
             with collector_paused():
-                sources, ts, seq, items, published = (
-                    (batch.column(name).to_pylist() for name in SPOOL_COLUMNS)
-                    if well_formed(batch)
-                    else events_of(batch, on_bad)
-                )
+                lines = batch.column(0).cast(pa.binary()).to_pylist()
+                sources, ts, seq, items, published = decode_lines(lines, on_bad, max_seq)
+                del lines
                 rows = run_program(
                     program,
                     sources,
@@ -125,42 +124,13 @@ def fused_frame(
                     hook_for=hook_for,
                     presearch=presearch,
                     published=published if timed else None,
+                    inputs_held=inputs_held,
                 )
                 out = to_batch(rows)
                 del sources, ts, seq, items, published, rows
             yield out
 
-    return events.select(*INPUT_COLUMNS).mapInArrow(run, FUSED_DDL)
-
-
-def well_formed(batch: pa.RecordBatch) -> bool:
-    """Whether every line of the batch was an event (Arrow's null counts: no scan)."""
-    return batch.column(CORRUPT_COLUMN).null_count == batch.num_rows and not any(
-        batch.column(name).null_count for name in REQUIRED_COLUMNS
-    )
-
-
-def events_of(batch: pa.RecordBatch, on_bad: Callable[[str, str], None]) -> tuple[list[Any], ...]:
-    """The columns of the batch's events; each line that is not one goes to ``on_bad``
-    (its text, or what Spark read of it) and is left out."""
-    rows = zip(*(batch.column(name).to_pylist() for name in INPUT_COLUMNS), strict=True)
-    kept: list[tuple[Any, ...]] = []
-    for *event, broken in rows:
-        missing = [
-            name
-            for name, value in zip(SPOOL_COLUMNS, event, strict=True)
-            if value is None and name in REQUIRED_COLUMNS
-        ]
-        if broken is None and not missing:
-            kept.append(tuple(event))
-        else:
-            on_bad(
-                broken or repr(tuple(event)),
-                "not an event as the spool writes them" if broken else f"no {' or '.join(missing)}",
-            )
-    if not kept:
-        return tuple([] for _ in SPOOL_COLUMNS)
-    return tuple(list(column) for column in zip(*kept, strict=True))
+    return events.select(LINE_COLUMN).mapInArrow(run, FUSED_DDL)
 
 
 def bad_line_hook(errors: Accumulator[dict[str, int]] | None) -> Callable[[str, str], None]:

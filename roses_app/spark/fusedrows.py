@@ -15,7 +15,7 @@ This module imports pyarrow and numpy, not pyspark.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from roses_app.algebra.program import TICK_OUTPUT, Program
+from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program
 
 if TYPE_CHECKING:
     from roses_app.spark.frontier import FrontierRow
@@ -37,6 +37,7 @@ def split_rows(
     program: Program,
     streams_of: dict[str, list[str]],
     frontier_keys: set[str] | None,
+    items: list[str | None] | None = None,
 ) -> tuple[list[OutputRow], list[FrontierRow], int, int]:
     """A fused batch's rows: stream output rows, frontier rows, latest ts and seq.
     Each output node is one program output and each fused row one distinct item of an
@@ -51,7 +52,9 @@ def split_rows(
         for _, key in program.outputs
     ]
     names = ("outputs", "part", "ts", "seq", "item", "guid", "arrival")
-    columns = [table.column(n).to_pylist() for n in names]
+    columns = [
+        items if n == "item" and items is not None else table.column(n).to_pylist() for n in names
+    ]
     out: list[OutputRow] = []
     frontier: list[FrontierRow] = []
     append, mark = out.append, frontier.append
@@ -90,10 +93,21 @@ class FusedRows:
     table: pa.Table
     program: Program
     streams_of: dict[str, list[str]]
+    # the input items by seq, when the stage left them out (INPUT_ITEM in its rows)
+    inputs: Sequence[str | None] | None = None
+
+    def items(self) -> list[str | None]:
+        """The rows' items (None: a time mark or heartbeat), the input items put back."""
+        items: list[str | None] = self.table.column("item").to_pylist()
+        inputs = self.inputs
+        if inputs is None:
+            return items
+        seqs = self.table.column("seq").to_pylist()
+        return [inputs[s] if i == INPUT_ITEM else i for i, s in zip(items, seqs, strict=True)]
 
     def rows(self) -> list[OutputRow]:
         """A row per stream that has an item (what :func:`split_rows` makes)."""
-        return split_rows(self.table, self.program, self.streams_of, None)[0]
+        return split_rows(self.table, self.program, self.streams_of, None, self.items())[0]
 
     def count(self) -> int:
         """How many rows :meth:`rows` would make."""
@@ -131,7 +145,7 @@ class FusedRows:
         group = (flat[1:] != flat[:-1]) | (codes[1:] != codes[:-1])
         ties = ~group & (ts[1:] == ts[:-1]) & (seq[1:] == seq[:-1])
         if ties.any():  # items of one event in one part of an output (a union of maps)
-            rows = _by_item(rows, ties, self.table.column("item"))
+            rows = _by_item(rows, ties, self.items())
         edges = np.flatnonzero(group) + 1
         starts = [0, *edges.tolist()]
         ends = [*edges.tolist(), len(flat)]
@@ -144,7 +158,7 @@ class FusedRows:
                 yield StreamRows(stream, names[codes[start]], rows[start:end])
 
 
-def _by_item(rows: np.ndarray, ties: np.ndarray, items: pa.ChunkedArray) -> np.ndarray:
+def _by_item(rows: np.ndarray, ties: np.ndarray, items: list[str | None]) -> np.ndarray:
     """``rows`` with each run of ties (``ties[i]``: rows i and i + 1 tie) sorted by
     item (Python's str order, as the reference engine's)."""
     rows = rows.copy()
@@ -153,7 +167,7 @@ def _by_item(rows: np.ndarray, ties: np.ndarray, items: pa.ChunkedArray) -> np.n
     for i in [*at, -2]:
         if run and i != run[-1] + 1:  # the run (i + 1 of its last tie included) ends
             span = slice(run[0], run[-1] + 2)
-            rows[span] = sorted(rows[span].tolist(), key=lambda r: items[r].as_py())
+            rows[span] = sorted(rows[span].tolist(), key=items.__getitem__)
             run = []
         run.append(i)
     return rows

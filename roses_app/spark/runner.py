@@ -29,7 +29,6 @@ from typing import Protocol
 
 from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from roses_app.algebra.globalplan import GlobalPlan
@@ -60,7 +59,7 @@ from roses_app.spark.lower import (
 from roses_app.spark.queries import RunningQuery, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
 from roses_app.spark.session import shuffle_partitions
-from roses_app.spool import CORRUPT_COLUMN, SPARK_READ_DDL, archive_of, last_archived_seq
+from roses_app.spool import archive_of, last_archived_seq
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +104,18 @@ def events_stream(
 ) -> DataFrame:
     """The spool's events as a streaming DataFrame; the files of committed batches
     are moved to the spool's archive, so each trigger lists only what is new."""
-    reader = spark.readStream.schema(SPARK_READ_DDL)
-    reader = reader.option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-    reader = reader.option("maxBytesPerTrigger", max_batch_bytes)
+    reader = spark.readStream.option("maxBytesPerTrigger", max_batch_bytes)
     reader = reader.option("cleanSource", "archive")
     reader = reader.option("sourceArchiveDir", str(archive_of(log_dir)))
-    return reader.json(str(log_dir))
+    return reader.text(str(log_dir))  # lines: the fused stage decodes them
 
 
 def spool_events(spark: SparkSession, log_dir: Path) -> DataFrame:
     """Every event of the spool, archived or not (a batch read, for backfills)."""
     archive = archive_of(log_dir)
     archive.mkdir(parents=True, exist_ok=True)
-    reader = spark.read.schema(SPARK_READ_DDL).option("recursiveFileLookup", "true")
-    reader = reader.option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-    return reader.json([str(log_dir), str(archive)])
+    reader = spark.read.option("recursiveFileLookup", "true")
+    return reader.text([str(log_dir), str(archive)])
 
 
 def error_counter(spark: SparkSession) -> Accumulator[dict[str, int]]:
@@ -146,6 +142,9 @@ class Engine:
     lateness: int = 0
     max_batch_bytes: int = MAX_BATCH_BYTES
     on_batch: BatchHook | None = None  # told of each micro-batch (metrics)
+    # the spool's items by seq, when the caller holds them (a replay): the stateless
+    # query's rows then carry only the items it made (see run_program's inputs_held)
+    inputs: Sequence[str | None] | None = None
 
     @property
     def checkpoints(self) -> Path:
@@ -269,11 +268,15 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
     log.info("stateless query: %s", program.describe())
     keys = {plan.id_of(node) for node in frontier}
     events = events_stream(engine.spark, engine.log_dir, engine.max_batch_bytes)
-    frame = fused_frame(events, program, engine.errors)
+    # frontier rows are read by other queries: they carry their items
+    inputs = None if frontier else engine.inputs
+    frame = fused_frame(events, program, engine.errors, inputs_held=inputs is not None)
     readers = [g.id for g in layout.generations]
     for generation in readers:
         engine.frontier.prepare(generation)
-    handle = stateless_handler(engine, program, streams_of, keys if frontier else None, readers)
+    handle = stateless_handler(
+        engine, program, streams_of, keys if frontier else None, readers, inputs
+    )
     return frame, handle
 
 
@@ -299,11 +302,12 @@ def stateless_handler(
     streams_of: dict[str, list[str]],
     frontier_keys: set[str] | None,
     readers: Sequence[str],
+    inputs: Sequence[str | None] | None = None,
 ) -> BatchHandler:
     def handle(batch: DataFrame, batch_id: int) -> int:
         table = batch.toArrow()
         if frontier_keys is None:  # no frontier: the rows go to the sink as they came
-            fused = FusedRows(table, program, streams_of)
+            fused = FusedRows(table, program, streams_of, inputs)
             with collector_paused():  # the store makes a row per stream an item reaches
                 engine.sink.write_fused(STATELESS_QUERY, batch_id, fused, fused.latest_seq())
             return fused.count()
@@ -348,7 +352,7 @@ def backfill_stateless(engine: Engine, layout: Layout) -> None:
 def _backfill_table(engine: Engine, program: Program, position: int) -> object:
     """The fused program over the spool events up to ``position`` (a batch job)."""
     events = spool_events(engine.spark, engine.log_dir)
-    return fused_frame(events.where(F.col("seq") <= position), program, engine.errors).toArrow()
+    return fused_frame(events, program, engine.errors, max_seq=position).toArrow()
 
 
 # -- stateful generations --------------------------------------------------------------
