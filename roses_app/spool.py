@@ -450,6 +450,21 @@ def _why(exc: Exception) -> str:
     return "not a JSON object"
 
 
+def spool_line(event_line: bytes, seq: int) -> bytes:
+    """The spool line of an event given as a JSON object line of its ``source``,
+    integer ``ts``, ``item`` and integer ``published`` (as a replay reads them): that
+    object with its ``seq`` (``decode_lines`` reads it as it reads write_events's)."""
+    body = event_line.strip()
+    return b'{"seq":%d,%s\n' % (seq, body[1:])
+
+
+def write_lines(path: Path, lines: Sequence[bytes]) -> None:
+    """Write spool lines (each with its newline) as one spool file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(b"".join(lines))
+
+
 def write_events(path: Path, events: Sequence[Event]) -> None:
     """Write events as one spool file (used by replay to feed Spark a finite list)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -487,5 +502,7 @@ __all__ = [
     "read_file",
     "read_spool",
     "spool_files",
+    "spool_line",
     "write_events",
+    "write_lines",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from roses_app.items import Event
-from roses_app.spool import Spool, decode_lines, write_events
+from roses_app.spool import Spool, decode_lines, spool_line, write_events
 
 
 def items(*guids: str) -> list[tuple[str, int | None]]:
@@ -263,6 +263,22 @@ def test_spool_lines_decode_to_the_events_written_and_the_rest_is_reported(
     # a backfill reads up to a seq; text lines (str) decode as bytes do
     upto = decode_lines([line.decode() for line in lines], bad.append, max_seq=1)  # type: ignore[arg-type]
     assert upto == (["F"], [2], [1], ["<item>é</item>"], [7])
+
+
+def test_a_replay_line_with_its_seq_put_in_reads_as_the_event_written() -> None:
+    """A replay with integer times spools each input line with its seq put in: the
+    stage reads the same event as from the line write_events makes."""
+    given = [
+        b'  {"source": "F", "ts": 2, "item": "<item>\\u00e9 \\"q\\"</item>", "published": 1}\r\n',
+        b'{"ts": 9, "item": null}\n',  # a heartbeat
+    ]
+    written = [Event("F", 2, 7, '<item>é "q"</item>', 1), Event("", 9, 8, None)]
+    lines = [spool_line(line, event.seq) for line, event in zip(given, written, strict=True)]
+    assert all(line.endswith(b"}\n") for line in lines)
+    bad: list[tuple[str, str]] = []
+    sources, *rest = decode_lines(lines, lambda line, why: bad.append((line, why)))
+    assert not bad and sources == ["F", None]  # no source: a heartbeat's, as ""
+    assert rest == [[2, 9], [7, 8], ['<item>é "q"</item>', None], [1, None]]
 
 
 @pytest.mark.spark
