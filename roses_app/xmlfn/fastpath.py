@@ -360,7 +360,11 @@ def _string_value(arg: Any) -> str:
     if not arg:
         return ""
     node = arg[0]
-    return node if isinstance(node, str) else str(lxml_xpath("string()")(node))
+    if isinstance(node, str):
+        return node
+    if len(node) == 0:  # no child (comments, instructions and entities count): its text
+        return node.text or ""
+    return str(lxml_xpath("string()")(node))
 
 
 def _extension(function: Callable[[str], str]) -> Callable[[Any, Any], str]:
