@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -43,6 +44,10 @@ Progress = Callable[[str], None] | None
 
 class ReplayInputError(RosesError, ValueError):
     """The events file has mistakes (each reported with its line)."""
+
+
+class ReplayReadError(RosesError, RuntimeError):
+    """The process that reads and spools a replay's events failed."""
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,18 @@ def _read_while_spark_starts(config: Config, events_path: Path, work: Path) -> S
     with ProcessPoolExecutor(1, mp_context=context) as pool:
         reading = pool.submit(_read_and_spool, events_path, config.settings.max_future, work, files)
         build_session(config.settings.spark, config.settings.data_dir / "cache", finite=True)
-        return reading.result()
+        try:
+            return reading.result()
+        except BrokenProcessPool as exc:
+            raise ReplayReadError(
+                f"{events_path}: the process reading the events ended abruptly (killed, or "
+                "out of memory?); run the replay again, on fewer events if memory is short"
+            ) from exc
+        except OSError as exc:  # the spool's files (ReplayInputError: the events file)
+            raise ReplayReadError(
+                f"cannot spool the events in {work} ({exc.strerror or exc}); free space in "
+                "the temporary folder (TMPDIR) and run the replay again"
+            ) from exc
 
 
 def _read_and_spool(events_path: Path, max_future: int, work: Path, files: int) -> Spooled:
@@ -399,6 +415,7 @@ __all__: Sequence[str] = [
     "MemorySink",
     "Outputs",
     "ReplayInputError",
+    "ReplayReadError",
     "Spooled",
     "open_events",
     "read_events",

@@ -9,6 +9,7 @@ running them through Spark again.)
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from roses_app.config import load_config
 from roses_app.replay import (
     MemorySink,
     ReplayInputError,
+    ReplayReadError,
     read_events,
     replay,
     run_reference,
@@ -68,6 +70,40 @@ def test_a_spark_replay_reads_its_events_while_spark_starts(tmp_path: Path, spar
     with pytest.raises(ReplayInputError, match=r"bad\.jsonl:2: "):
         replay(config, bad, tmp_path / "bad-out", "spark")
     assert not (tmp_path / "bad-out").exists()
+
+
+def _dies(*args: object) -> None:
+    os._exit(3)  # as a process the kernel kills for want of memory: no exception
+
+
+def _disk_full(*args: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "failing", "message"),
+    [
+        ("_read_and_spool", _dies, "ended abruptly"),
+        ("write_spool", _disk_full, r"cannot spool the events in .*No space left on device"),
+    ],
+)
+def test_a_reading_process_that_fails_is_a_clear_error(
+    tmp_path: Path,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    failing: object,
+    message: str,
+) -> None:
+    """The child that reads and spools the events dies or cannot write: an error that
+    says what to do, not a traceback of the process pool."""
+    from roses_app import replay as module
+
+    fixture = DATA / "replay" / "spine"
+    monkeypatch.setattr(module, name, failing)
+    with pytest.raises(ReplayReadError, match=message):
+        replay(load_config(fixture / "feeds.yaml"), fixture / "events.jsonl", tmp_path, "spark")
 
 
 def test_iso_times_come_back_as_iso(tmp_path: Path) -> None:
