@@ -102,8 +102,9 @@ MAX_BATCH_BYTES = 64 * 1024 * 1024
 def events_stream(
     spark: SparkSession, log_dir: Path, max_batch_bytes: int = MAX_BATCH_BYTES
 ) -> DataFrame:
-    """The spool's events as a streaming DataFrame; the files of committed batches
-    are moved to the spool's archive, so each trigger lists only what is new."""
+    """The spool's lines as a streaming DataFrame (the fused stage decodes them);
+    the files of committed batches are moved to the spool's archive, so each trigger
+    lists only what is new."""
     reader = spark.readStream.option("maxBytesPerTrigger", max_batch_bytes)
     reader = reader.option("cleanSource", "archive")
     reader = reader.option("sourceArchiveDir", str(archive_of(log_dir)))
@@ -111,7 +112,7 @@ def events_stream(
 
 
 def spool_events(spark: SparkSession, log_dir: Path) -> DataFrame:
-    """Every event of the spool, archived or not (a batch read, for backfills)."""
+    """Every line of the spool, archived or not (a batch read, for backfills)."""
     archive = archive_of(log_dir)
     archive.mkdir(parents=True, exist_ok=True)
     reader = spark.read.option("recursiveFileLookup", "true")
