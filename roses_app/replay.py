@@ -242,11 +242,11 @@ def spark_sink(
     from roses_app.spark.runner import Engine, start_queries
     from roses_app.spark.session import build_session
 
-    spooled = isinstance(events, Spooled)
     if isinstance(events, Spooled):
-        work = events.folder
+        work, inputs, total = events.folder, events.items, events.count
     else:
         work = Path(tempfile.mkdtemp(prefix="roses-replay-", dir=work_dir))
+        inputs, total = items_by_seq(events.events), len(events.events)
     sink = MemorySink(list(config.streams))
     try:
         spark = build_session(
@@ -262,13 +262,12 @@ def spark_sink(
             sink,
             once=True,
             lateness=config.settings.lateness,
-            inputs=events.items if isinstance(events, Spooled) else items_by_seq(events.events),
+            inputs=inputs,
         )
         running = start_queries(engine, [stream.stream for stream in config.streams.values()])
-        total = events.count if isinstance(events, Spooled) else len(events.events)
         await_all(running, progress, total_events=total)
     finally:
-        if not spooled:
+        if isinstance(events, EventList):
             shutil.rmtree(work, ignore_errors=True)
     return sink
 

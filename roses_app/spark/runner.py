@@ -108,7 +108,7 @@ def events_stream(
     reader = spark.readStream.option("maxBytesPerTrigger", max_batch_bytes)
     reader = reader.option("cleanSource", "archive")
     reader = reader.option("sourceArchiveDir", str(archive_of(log_dir)))
-    return reader.text(str(log_dir))  # lines: the fused stage decodes them
+    return reader.text(str(log_dir))
 
 
 def spool_events(spark: SparkSession, log_dir: Path) -> DataFrame:
