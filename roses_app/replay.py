@@ -202,22 +202,19 @@ def write_spool(
     their lines as read, when their times are integers (as the spool's): each is then
     its spool line with its seq put in, not made again from the event (0.5 s of the
     0.6 s 100,000 events took, while the JVM starts)."""
-    from roses_app.spool import spool_line, write_events, write_lines
+    from roses_app.spool import event_lines, spool_line, write_lines
 
     size = -(-len(events) // max(1, files)) or 1
     with collector_paused():  # an Event per event, no cycle among them
         for n in range(0, max(len(events), 1), size):
-            path = spool_log(work) / f"events-{n:012d}.jsonl"
             chunk = events[n : n + size]
             if lines is None:
-                write_events(
-                    path, [Event(e.source, e.ts, e.seq, e.item, e.published) for e in chunk]
-                )
+                made = [Event(e.source, e.ts, e.seq, e.item, e.published) for e in chunk]
+                spooled = event_lines(made)
             else:
                 raw = lines[n : n + size]
-                write_lines(
-                    path, [spool_line(line, e.seq) for e, line in zip(chunk, raw, strict=True)]
-                )
+                spooled = [spool_line(line, e.seq) for e, line in zip(chunk, raw, strict=True)]
+            write_lines(spool_log(work) / f"events-{n:012d}.jsonl", spooled)
 
 
 def run_spark(

@@ -31,7 +31,6 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import orjson
 
@@ -194,7 +193,7 @@ class Spool:
         tmp = self.tmp_dir / name
         try:
             with open(tmp, "wb") as fh:
-                _dump(fh, events)
+                fh.write(b"".join(event_lines(events)))
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.log_dir / name)
@@ -278,7 +277,7 @@ def compact_archive(archive: Path, tmp_dir: Path, min_files: int) -> int:
         return len(olds)
     tmp = tmp_dir / name
     with open(tmp, "wb") as fh:
-        _dump(fh, events)
+        fh.write(b"".join(event_lines(events)))
         fh.flush()
         os.fsync(fh.fileno())
     marker = archive / MARKER
@@ -467,30 +466,27 @@ def write_lines(path: Path, lines: Sequence[bytes]) -> None:
 
 def write_events(path: Path, events: Sequence[Event]) -> None:
     """Write events as one spool file (used by replay to feed Spark a finite list)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as fh:
-        _dump(fh, events)
+    write_lines(path, event_lines(events))
 
 
-def _dump(fh: BinaryIO, events: Sequence[Event]) -> None:
-    """Events as JSON Lines (UTF-8), the format Spark's file source reads
-    (SPARK_SCHEMA_DDL).  orjson: ``json.dumps`` cost replay as much as the query."""
-    fh.write(
-        b"".join(
-            orjson.dumps(
-                {
-                    "source": event.source,
-                    "ts": event.ts,
-                    "seq": event.seq,
-                    "item": event.item,
-                    "published": event.published,
-                    "key": event.key,
-                },
-                option=orjson.OPT_APPEND_NEWLINE,
-            )
-            for event in events
+def event_lines(events: Sequence[Event]) -> list[bytes]:
+    """Events as JSON Lines (UTF-8, each with its newline), the lines the stage
+    decodes (``decode_lines``).  orjson: ``json.dumps`` cost replay as much as the
+    query."""
+    return [
+        orjson.dumps(
+            {
+                "source": event.source,
+                "ts": event.ts,
+                "seq": event.seq,
+                "item": event.item,
+                "published": event.published,
+                "key": event.key,
+            },
+            option=orjson.OPT_APPEND_NEWLINE,
         )
-    )
+        for event in events
+    ]
 
 
 __all__ = [
@@ -499,6 +495,7 @@ __all__ = [
     "EventColumns",
     "Spool",
     "decode_lines",
+    "event_lines",
     "read_file",
     "read_spool",
     "spool_files",
