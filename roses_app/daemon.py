@@ -144,7 +144,7 @@ class Daemon:
 
         results = self.scheduler.poll_all_once() + self.mail.poll_all_once()
         if self.beats is not None:
-            self.spool.heartbeat()  # close the windows that have ended by now
+            self._close_ended(self.beats)
         failed = [r for r in results if r.status == "error"]
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
@@ -249,6 +249,15 @@ class Daemon:
         lateness = self.config.settings.lateness
         due = beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness)
         if due is not None and self.spool.next_ts() >= due:
+            self.spool.heartbeat()
+
+    def _close_ended(self, beats: HeartbeatPlan) -> None:
+        """Before a ``once`` run: a heartbeat now, so that what has ended by now comes
+        out in this run (not the daemon's interval later); none once time alone can no
+        longer change a result (a heartbeat past the last item's horizon was written):
+        it would cost every query a micro-batch, seconds each, for nothing."""
+        lateness = self.config.settings.lateness
+        if beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness) is not None:
             self.spool.heartbeat()
 
     def _count_late(self) -> None:

@@ -84,6 +84,31 @@ def test_heartbeats_only_while_time_can_change_a_result(tmp_path: Path) -> None:
     daemon.close()
 
 
+def test_once_heartbeats_now_until_time_can_no_longer_change_a_result(tmp_path: Path) -> None:
+    """`once` closes what has ended by now with a heartbeat, even right after an item
+    (unlike the daemon, it runs no later to do it); once a heartbeat past the last
+    item's horizon is in the spool, it writes none: each costs every query a batch."""
+    now = [1_000_000_000_000]
+    daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
+    assert daemon.beats is not None
+    daemon.spool._clock = lambda: now[0]
+    daemon._close_ended(daemon.beats)
+    assert list(daemon.spool.events()) == []  # nothing to close in an empty spool
+    daemon.spool.append("a", [("<item><title>x</title></item>", None)])
+    now[0] += 1
+    daemon._close_ended(daemon.beats)
+    assert [e.item is None for e in daemon.spool.events()] == [False, True]
+    now[0] += daemon.beats.horizon // 2
+    daemon._close_ended(daemon.beats)  # a window may have ended since
+    assert [e.item is None for e in daemon.spool.events()] == [False, True, True]
+    now[0] += daemon.beats.horizon + daemon.beats.interval
+    for _ in range(3):  # the first passes the horizon; after it, none
+        daemon._close_ended(daemon.beats)
+        now[0] += daemon.beats.interval
+    assert [e.item is None for e in daemon.spool.events()] == [False, True, True, True]
+    daemon.close()
+
+
 TWO = """
 settings: {data_dir: ./data}
 sources:
