@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,7 +227,7 @@ def test_the_memory_sink_keeps_one_event_per_item_however_many_streams_have_it()
 
 # What py4j's finalizer thread does, a second or so late, for a Python proxy of a Java
 # object collected during the run: here after the JVM has exited, as it happened when
-# the proxy's turn came while the JVM was exiting (2 replays in 6 ended with py4j's
+# the proxy's turn came while the JVM was exiting (4 replays in 14 ended with py4j's
 # "Answer from Java side is empty" and its traceback after their last line).
 _LATE_PROXY = """
 import logging, sys, time
@@ -251,9 +253,6 @@ print("stopped", total.value)
 def test_the_jvm_exit_prints_no_traceback(tmp_path: Path) -> None:
     """Neither a proxy collected late nor the accumulator server's connection, which
     the JVM closes as it exits (the server is not waited for: see session.py)."""
-    import subprocess
-    import sys
-
     cache = Path(__file__).resolve().parent.parent / ".cache" / "java"
     done = subprocess.run(
         [sys.executable, "-c", _LATE_PROXY, str(cache)],

@@ -256,8 +256,8 @@ def let_accumulators_go(server: socketserver.BaseServer) -> None:
 def disconnect_proxies() -> None:
     """Tell py4j the JVM is going: py4j's finalizer thread tells the JVM of each
     Python proxy of a Java object collected, a second or so late; one sent while the
-    JVM exits fails, and py4j logs it with a traceback after the run's last line (2
-    replays in 6).  A disconnected client sends none (the JVM frees all as it exits)."""
+    JVM exits fails, and py4j logs it with a traceback after the run's last line (4
+    replays in 14).  A disconnected client sends none (the JVM frees all as it exits)."""
     gateway = SparkContext._gateway
     if gateway is not None:
         gateway._gateway_client.is_connected = False
