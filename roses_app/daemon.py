@@ -246,8 +246,7 @@ class Daemon:
     def _heartbeat(self, beats: HeartbeatPlan) -> None:
         """Let time pass for the queries while time can still change a result (see
         :mod:`roses_app.algebra.heartbeats`)."""
-        lateness = self.config.settings.lateness
-        due = beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness)
+        due = self._due(beats)
         if due is not None and self.spool.next_ts() >= due:
             self.spool.heartbeat()
 
@@ -256,9 +255,14 @@ class Daemon:
         out in this run (not the daemon's interval later); none once time alone can no
         longer change a result (a heartbeat past the last item's horizon was written):
         it would cost every query a micro-batch, seconds each, for nothing."""
-        lateness = self.config.settings.lateness
-        if beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness) is not None:
+        if self._due(beats) is not None:
             self.spool.heartbeat()
+
+    def _due(self, beats: HeartbeatPlan) -> int | None:
+        """When the spool's next heartbeat is due; None once time alone can no longer
+        change a result."""
+        lateness = self.config.settings.lateness
+        return beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness)
 
     def _count_late(self) -> None:
         """Add up the rows each query's stateful operators dropped behind the watermark
