@@ -192,10 +192,7 @@ class Spool:
     def _write_durably(self, name: str, events: Sequence[Event]) -> None:
         tmp = self.tmp_dir / name
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(b"".join(event_lines(events)))
-                fh.flush()
-                os.fsync(fh.fileno())
+            write_synced(tmp, events)
             os.replace(tmp, self.log_dir / name)
             dir_fd = os.open(self.log_dir, os.O_RDONLY)
             try:
@@ -276,10 +273,7 @@ def compact_archive(archive: Path, tmp_dir: Path, min_files: int) -> int:
             path.unlink()
         return len(olds)
     tmp = tmp_dir / name
-    with open(tmp, "wb") as fh:
-        fh.write(b"".join(event_lines(events)))
-        fh.flush()
-        os.fsync(fh.fileno())
+    write_synced(tmp, events)
     marker = archive / MARKER
     marker.write_text("\n".join([name, *(str(p.relative_to(archive)) for p in olds)]))
     os.replace(tmp, archive / name)
@@ -462,6 +456,15 @@ def write_lines(path: Path, lines: Sequence[bytes]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:
         fh.write(b"".join(lines))
+
+
+def write_synced(path: Path, events: Sequence[Event]) -> None:
+    """Write events as one spool file, on disk when this returns (before the caller
+    renames it into place)."""
+    with open(path, "wb") as fh:
+        fh.write(b"".join(event_lines(events)))
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_events(path: Path, events: Sequence[Event]) -> None:

@@ -49,9 +49,9 @@ def _stage(module: ModuleType) -> None:
                     parse(xml, parser)
         rows: list[Any] = []
         if outputs:
-            held = INPUT_ITEM if kwargs.get("inputs_held") else None
+            held = bool(kwargs.get("inputs_held"))  # the replay holds the input items
             rows = [
-                ([0], "", t, s, held if held is not None else x, None, t)
+                ([0], "", t, s, INPUT_ITEM if held else x, None, t)
                 for t, s, x in zip(ts, seq, items, strict=True)
                 if x is not None
             ]
