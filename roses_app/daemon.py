@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from roses_app.algebra.heartbeats import HeartbeatPlan, heartbeat_plan
 from roses_app.algebra.lateness import split_tallies
 from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
-from roses_app.connectors import FeedScheduler, Poller, StateStore
+from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.mail import MailConnectors
 from roses_app.datalock import DataDirLock
 from roses_app.metrics import Metrics, Snapshot
@@ -84,11 +84,16 @@ class Daemon:
         self.spool = Spool(data / "spool", max_future=config.settings.max_future)
         self.store = Store(data / "store.sqlite")
         self.states = StateStore(data / "sources.sqlite")
-        self.poller = Poller(
-            self.states, config.settings.fetch, self.clock, self.ingest, base_dir=config.path.parent
-        )
         on_poll = self.metrics.on_poll
-        self.scheduler = FeedScheduler(self.poller, config.sources, self.clock, on_result=on_poll)
+        self.scheduler = FeedScheduler(
+            self.states,
+            config.settings.fetch,
+            config.sources,
+            self.ingest_many,
+            self.clock,
+            base_dir=config.path.parent,
+            on_result=on_poll,
+        )
         self.mail = MailConnectors(
             config.sources, data / "mail.sqlite", self.ingest, self.clock, data, on_result=on_poll
         )
@@ -96,14 +101,25 @@ class Daemon:
     # -- stage glue -----------------------------------------------------------------
     def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
         """Connector sink: append to the spool (which drops what it has seen)."""
-        if isinstance(self.config.sources.get(source), FeedSource):
-            items = oldest_first(items)  # mail readers already hand them over oldest first
-        events = self.spool.append(source, items)
-        self.metrics.on_ingest(source, len(items), len(events))
+        self.ingest_many([(source, items)])
+
+    def ingest_many(self, polls: Sequence[tuple[str, list[tuple[str, int | None]]]]) -> None:
+        """The items of several polls as one spool append (one fsync)."""
+        ordered = [
+            # mail readers already hand their items over oldest first
+            (source, oldest_first(items) if self._is_feed(source) else items)
+            for source, items in polls
+        ]
+        appended = self.spool.append_many(ordered)
+        for (source, items), events in zip(ordered, appended, strict=True):
+            self.metrics.on_ingest(source, len(items), len(events))
+            if events:
+                log.info("source %s: %d new item(s) spooled", source, len(events))
         with self._lock:
-            self.counters["items_spooled"] += len(events)
-        if events:
-            log.info("source %s: %d new item(s) spooled", source, len(events))
+            self.counters["items_spooled"] += sum(map(len, appended))
+
+    def _is_feed(self, source: str) -> bool:
+        return isinstance(self.config.sources.get(source), FeedSource)
 
     def streams(self) -> list[Stream]:
         return [s.stream for s in self.config.streams.values()]
@@ -352,7 +368,6 @@ class Daemon:
 
     def close(self) -> None:
         self.mail.close()
-        self.poller.close()
         self.states.close()
         self.spool.close()
         self.store.close()

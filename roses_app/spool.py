@@ -129,27 +129,47 @@ class Spool:
 
         Returns the events actually appended (duplicates are dropped).
         """
+        return self.append_many([(source, items)])[0]
+
+    def append_many(
+        self, batches: Sequence[tuple[str, Sequence[tuple[str, int | None]]]]
+    ) -> list[list[Event]]:
+        """Append the new items of several polls as one arrival: one file, one fsync,
+        one ingest timestamp (the feed connector commits many polls at once).
+
+        Returns the events appended for each ``(source, items)``, in order.
+        """
         with self._lock:
-            fresh: list[tuple[str, str, int | None]] = []
             seen_now: set[str] = set()
-            for xml, published in items:
-                key = dedup_key(source, xml)
-                if key in seen_now or self._known(key):
-                    continue
-                seen_now.add(key)
-                fresh.append((key, xml, published))
-            if not fresh:
-                return []
+            fresh: list[list[tuple[str, str, int | None]]] = []
+            for source, items in batches:
+                mine = []
+                for xml, published in items:
+                    key = dedup_key(source, xml)
+                    if key in seen_now or self._known(key):
+                        continue
+                    seen_now.add(key)
+                    mine.append((key, xml, published))
+                fresh.append(mine)
+            if not seen_now:
+                return [[] for _ in batches]
             ts = self.next_ts()
-            first = self._counter("seq") + 1
-            events = [
-                Event(source, ts, first + n, xml, self._plausible(source, pub, ts), key)
-                for n, (key, xml, pub) in enumerate(fresh)
-            ]
+            seq = self._counter("seq") + 1
+            first = seq
+            out: list[list[Event]] = []
+            for (source, _), mine in zip(batches, fresh, strict=True):
+                events = []
+                for key, xml, pub in mine:
+                    events.append(
+                        Event(source, ts, seq, xml, self._plausible(source, pub, ts), key)
+                    )
+                    seq += 1
+                out.append(events)
+            every = [e for events in out for e in events]
             name = f"{first:020d}-{uuid.uuid4().hex[:8]}.jsonl"
-            self._write_durably(name, events)
-            self._index(name, events)
-            return events
+            self._write_durably(name, every)
+            self._index(name, every)
+            return out
 
     def _plausible(self, source: str, published: int | None, ts: int) -> int | None:
         checked = plausible_published(published, ts, self.max_future)

@@ -182,8 +182,11 @@ def test_good_settings(good: Config) -> None:
 def test_good_sources(good: Config) -> None:
     assert good.sources == {
         "guardian": FeedSource("guardian", "https://www.theguardian.com/world/rss", 600.0),
-        "bigpicture": FeedSource(
-            "bigpicture", (CONFIGS.parent / "feeds" / "bigpicture.xml").as_uri(), 5400.0
+        "bigpicture": FeedSource(  # no every: adaptive, starting at settings.fetch.every
+            "bigpicture",
+            (CONFIGS.parent / "feeds" / "bigpicture.xml").as_uri(),
+            5400.0,
+            fixed=False,
         ),
         "local": FeedSource("local", "file:///srv/feeds/local.xml", 90.0),
     }

@@ -1,40 +1,52 @@
-"""FeedScheduler: APScheduler jobs in real time against a real HTTP server."""
+"""FeedScheduler: the connector's event loop, its one APScheduler job, parse workers and
+batched commits, in real time against real HTTP servers."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from raw_http_support import RawReply, RawServer
 from test_connector_support import FeedServer, Reply, rss
 
 from roses_app.config.model import FeedSource, FetchSettings
-from roses_app.connectors.poller import Poller, PollResult
+from roses_app.connectors.parsepool import ParsePool
+from roses_app.connectors.poller import Items, PollResult
 from roses_app.connectors.scheduler import FeedScheduler
 from roses_app.connectors.state import StateStore
+from roses_app.errors import FeedParseError
 
 BODY = rss(("a", "One"), ("b", "Two"))
+SETTINGS = FetchSettings(timeout_seconds=3.0)
 
 
-class CountingSink:
+class Sink:
+    """The spool's place: records each batch of polls it is handed."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.calls: list[str] = []
+        self.batches: list[list[str]] = []
 
-    def __call__(self, source: str, items: list[tuple[str, int | None]]) -> None:
+    def __call__(self, polls: Sequence[tuple[str, Items]]) -> None:
         with self.lock:
-            self.calls.append(source)
+            self.batches.append([source for source, _ in polls])
+
+    @property
+    def sources(self) -> list[str]:
+        with self.lock:
+            return [s for batch in self.batches for s in batch]
 
 
 @pytest.fixture
-def poller(tmp_path: Path) -> Iterator[Poller]:
-    store = StateStore(tmp_path / "state.sqlite")
-    p = Poller(store, FetchSettings(timeout_seconds=3.0), time.time, CountingSink())
-    yield p
-    p.close()
-    store.close()
+def store(tmp_path: Path) -> Iterator[StateStore]:
+    s = StateStore(tmp_path / "state.sqlite")
+    yield s
+    s.close()
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -47,7 +59,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def test_first_poll_right_away_then_repeated_and_failures_isolated(
-    feed_server: FeedServer, poller: Poller
+    feed_server: FeedServer, store: StateStore
 ):
     feed_server.routes["/good"] = Reply(200, BODY)
     feed_server.routes["/bad"] = Reply(500)
@@ -55,46 +67,51 @@ def test_first_poll_right_away_then_repeated_and_failures_isolated(
         "good": FeedSource("good", feed_server.url("/good"), 0.3),
         "bad": FeedSource("bad", feed_server.url("/bad"), 0.3),
     }
-    scheduler = FeedScheduler(poller, sources)
+    scheduler = FeedScheduler(store, SETTINGS, sources, Sink())
     started = time.monotonic()
     scheduler.start()
     try:
         wait_for(lambda: len(feed_server.hits("/good")) >= 1 and len(feed_server.hits("/bad")) >= 1)
-        assert time.monotonic() - started < 1.0  # no waiting for the first interval
-        wait_for(lambda: len(feed_server.hits("/good")) >= 4)
-        wait_for(lambda: len(feed_server.hits("/bad")) >= 2)
+        assert time.monotonic() - started < 3.0  # no waiting for the first interval
+        wait_for(lambda: _oks(store, "good") >= 4)
+        wait_for(lambda: _errors(store, "bad") >= 2)
+        with pytest.raises(RuntimeError):
+            scheduler.start()
     finally:
         scheduler.shutdown(wait=True)
     n_good = len(feed_server.hits("/good"))
     time.sleep(0.5)
     assert len(feed_server.hits("/good")) == n_good  # stopped
     assert not scheduler.running
-    state = poller.state_store.get("bad")
+    state = store.get("bad")
     assert state is not None and state.n_errors >= 2
-    good = poller.state_store.get("good")
+    good = store.get("good")
     assert good is not None and good.n_ok >= 4 and good.n_errors == 0
-    assert scheduler.last_results["bad"][1].status in ("error", "skipped_backoff")
+    assert scheduler.last_results["bad"][1].status == "error"  # polled at its backoff's end
 
 
-def test_jobs_are_jittered_single_instance_and_coalesced(feed_server: FeedServer, poller: Poller):
-    sources = [FeedSource("a", feed_server.url("/a"), 600.0)]
-    scheduler = FeedScheduler(poller, sources)
+def test_one_scheduler_job_hands_out_every_source(feed_server: FeedServer, store: StateStore):
+    feed_server.routes["/f"] = Reply(200, BODY)
+    sources = [FeedSource(f"s{i}", feed_server.url("/f"), 600.0) for i in range(300)]
+    sink = Sink()
+    # one host: politeness off, or it would take 30 s (4 at a time, 0.1 s apart)
+    settings = FetchSettings(timeout_seconds=3.0, per_host=50, host_spacing_seconds=0.0)
+    scheduler = FeedScheduler(store, settings, sources, sink)
     scheduler.start()
     try:
-        assert scheduler._scheduler is not None
-        (job,) = scheduler._scheduler.get_jobs()
-        assert job.id == "feed:a"
-        assert job.max_instances == 1 and job.coalesce is True
-        assert job.trigger.interval.total_seconds() == 600.0
-        assert job.trigger.jitter == pytest.approx(60.0)
-        with pytest.raises(RuntimeError):
-            scheduler.start()
+        assert scheduler._aps is not None
+        (job,) = scheduler._aps.get_jobs()
+        assert job.id == "dispatch"
+        wait_for(lambda: len(sink.sources) == 300)
     finally:
         scheduler.shutdown()
+    # polls ending together were committed together: far fewer writes than polls
+    assert len(sink.batches) < 100
+    assert sorted(sink.sources) == sorted(s.name for s in sources)
 
 
 def test_poll_all_once_returns_every_source_in_order(
-    feed_server: FeedServer, poller: Poller, tmp_path: Path
+    feed_server: FeedServer, store: StateStore, tmp_path: Path
 ):
     feed_server.routes["/ok"] = Reply(200, BODY)
     feed_server.routes["/slow"] = Reply(200, BODY, delay=0.5)
@@ -108,22 +125,100 @@ def test_poll_all_once_returns_every_source_in_order(
         FeedSource("missing", feed_server.url("/missing"), 60),
         FeedSource("local", local.as_uri(), 60),
     ]
-    results = FeedScheduler(poller, sources).poll_all_once()
+    sink = Sink()
+    results = FeedScheduler(store, SETTINGS, sources, sink).poll_all_once()
     assert [r.source for r in results] == ["slow", "ok", "gone", "missing", "local"]
     assert [r.status for r in results] == ["ok", "ok", "gone", "error", "ok"]
-    assert sorted(poller.sink.calls) == ["local", "ok", "slow"]  # type: ignore[attr-defined]
+    assert sorted(sink.sources) == ["local", "ok", "slow"]
 
 
-def test_shutdown_waits_for_the_poll_in_flight(feed_server: FeedServer, poller: Poller):
-    feed_server.routes["/slow"] = Reply(200, BODY, delay=0.8)
-    scheduler = FeedScheduler(poller, [FeedSource("slow", feed_server.url("/slow"), 600)])
+def test_stop_cancels_polls_in_flight_and_writes_nothing_for_them(
+    feed_server: FeedServer, store: StateStore
+):
+    feed_server.routes["/slow"] = Reply(200, BODY, delay=2.5)
+    sink = Sink()
+    sources = [FeedSource(f"slow{i}", feed_server.url("/slow"), 600) for i in range(20)]
+    scheduler = FeedScheduler(store, SETTINGS, sources, sink)
     scheduler.start()
-    wait_for(lambda: len(feed_server.hits("/slow")) == 1)
+    wait_for(lambda: len(feed_server.hits("/slow")) >= 4)
+    started = time.monotonic()
     scheduler.shutdown(wait=True)
-    assert scheduler.last_results["slow"][1].status == "ok"
+    assert time.monotonic() - started < 2.0  # not the 2.5 s the server takes
+    assert sink.sources == []
+    assert all(store.get(s.name) is None for s in sources)  # no state half-recorded
 
 
-def test_a_failing_result_hook_is_contained(feed_server: FeedServer, poller: Poller):
+def test_a_restart_polls_each_source_when_its_stored_state_says(
+    feed_server: FeedServer, store: StateStore
+):
+    feed_server.routes["/old"] = Reply(200, BODY)
+    feed_server.routes["/new"] = Reply(200, BODY)
+    old = FeedSource("old", feed_server.url("/old"), 600)
+    FeedScheduler(store, SETTINGS, [old], Sink()).poll_all_once()
+    assert len(feed_server.hits("/old")) == 1
+    new = FeedSource("new", feed_server.url("/new"), 600)
+    scheduler = FeedScheduler(store, SETTINGS, [old, new], Sink())
+    scheduler.start()
+    try:
+        wait_for(lambda: len(feed_server.hits("/new")) == 1)
+        time.sleep(0.5)
+        assert len(feed_server.hits("/old")) == 1  # polled a moment ago: due in 10 min
+        at = scheduler.queue.due_at("old")
+        assert at is not None and at - time.time() > 590
+    finally:
+        scheduler.shutdown()
+
+
+def test_late_polls_are_done_late_and_their_lag_counted(feed_server: FeedServer, store: StateStore):
+    feed_server.routes["/f"] = Reply(200, BODY, delay=0.4)
+    settings = FetchSettings(timeout_seconds=3.0, concurrency=1, per_host=1)
+    sources = [FeedSource(f"s{i}", feed_server.url("/f"), 600) for i in range(3)]
+    seen: list[PollResult] = []
+    scheduler = FeedScheduler(store, settings, sources, Sink(), on_result=seen.append)
+    scheduler.start()
+    try:
+        wait_for(lambda: len(seen) == 3)
+    finally:
+        scheduler.shutdown()
+    lags = sorted(r.lag_seconds for r in seen)
+    assert [r.status for r in seen] == ["ok"] * 3
+    assert lags[0] < 0.3 and lags[2] >= 0.7  # one at a time: the last waited two fetches
+
+
+def test_servers_that_never_answer_hold_one_slot_each(
+    raw_server: RawServer, feed_server: FeedServer, store: StateStore
+):
+    raw_server.routes["/hang"] = RawReply(b"HTTP/1.1 200 OK\r\nX-Slow: ", dribble=0.2)
+    feed_server.routes["/fast"] = Reply(200, BODY)
+    settings = FetchSettings(timeout_seconds=2.0, concurrency=3, per_host=2)
+    sources = [FeedSource(f"hang{i}", raw_server.url("/hang"), 0.2) for i in (1, 2)]
+    sources += [FeedSource("fast", feed_server.url("/fast"), 0.2)]
+    scheduler = FeedScheduler(store, settings, sources, Sink())
+    scheduler.start()
+    try:
+        wait_for(lambda: len(raw_server.connections("/hang")) == 2)
+        hanging = time.monotonic()
+        wait_for(lambda: len(feed_server.hits("/fast")) >= 4)
+        assert time.monotonic() - hanging < 1.8  # while both hang, before their deadline
+        assert all(c.closed is None for c in raw_server.connections("/hang"))
+        wait_for(lambda: all(_errors(store, f"hang{i}") >= 1 for i in (1, 2)))
+    finally:
+        scheduler.shutdown()
+    state = store.get("hang1")
+    assert state is not None and "did not finish within 2 s" in state.last_error
+
+
+def _errors(store: StateStore, name: str) -> int:
+    state = store.get(name)
+    return 0 if state is None else state.n_errors
+
+
+def _oks(store: StateStore, name: str) -> int:
+    state = store.get(name)
+    return 0 if state is None else state.n_ok
+
+
+def test_a_failing_result_hook_is_contained(feed_server: FeedServer, store: StateStore):
     feed_server.routes["/ok"] = Reply(200, BODY)
     seen: list[PollResult] = []
 
@@ -131,17 +226,40 @@ def test_a_failing_result_hook_is_contained(feed_server: FeedServer, poller: Pol
         seen.append(result)
         raise ValueError("hook bug")
 
-    scheduler = FeedScheduler(
-        poller, [FeedSource("ok", feed_server.url("/ok"), 60)], on_result=hook
-    )
+    source = FeedSource("ok", feed_server.url("/ok"), 60)
+    scheduler = FeedScheduler(store, SETTINGS, [source], Sink(), on_result=hook)
     (result,) = scheduler.poll_all_once()
     assert result.status == "ok" and seen == [result]
 
 
-def test_no_sources():
-    class NoPoller:
-        pass
-
-    scheduler = FeedScheduler(NoPoller(), [])  # type: ignore[arg-type]
+def test_no_sources(store: StateStore):
+    scheduler = FeedScheduler(store, SETTINGS, [], Sink())
     assert scheduler.poll_all_once() == []
     scheduler.shutdown()
+
+
+def test_parsing_runs_in_worker_processes_that_are_replaced_when_they_die():
+    import asyncio
+
+    async def scenario() -> tuple[object, BaseException | None, object]:
+        pool = ParsePool(1)
+        try:
+            first = await pool.parse(BODY, "http://example.org/f", {}, ())
+            workers = list(pool._pool._processes.values())  # type: ignore[union-attr]
+            assert workers and all(p.pid != os.getpid() for p in workers)
+            for process in workers:
+                os.kill(process.pid, signal.SIGKILL)  # as a crash in a C library would
+            failure: BaseException | None = None
+            try:
+                await pool.parse(BODY, "http://example.org/f", {}, ())
+            except FeedParseError as exc:
+                failure = exc
+            again = await pool.parse(BODY, "http://example.org/f", {}, ("x",))
+            return first, failure, again
+        finally:
+            pool.shutdown()
+
+    first, failure, again = asyncio.run(scenario())
+    assert len(first.items) == 2  # type: ignore[attr-defined]
+    assert failure is None or "parse worker died" in str(failure)
+    assert len(again.items) == 2 and "<category>x</category>" in again.items[0][0]  # type: ignore[attr-defined]

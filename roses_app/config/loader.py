@@ -225,7 +225,7 @@ def _feed_source(
     if url is None:
         return None
     origin = Origin(problems.file, line, "", f"source:{name}")
-    return FeedSource(name, url, every, categories, origin=origin)
+    return FeedSource(name, url, every, categories, origin=origin, fixed="every" in s)
 
 
 def _categories(problems: Problems, value: Marked | None, what: str) -> tuple[str, ...]:

@@ -44,6 +44,13 @@ class FetchSettings:
     user_agent: str = "ROSES/0.1 (+https://github.com/roses)"
     default_every_seconds: float = 900.0
     max_backoff_seconds: float = 6 * 3600.0
+    concurrency: int = 100  # fetches in flight at once, all hosts together
+    per_host: int = 4  # fetches in flight to one host (host:port)
+    host_spacing_seconds: float = 0.1  # between two fetch starts on one host
+    parse_workers: int = 1  # processes that parse and xml-ize fetched documents
+    min_every_seconds: float = 120.0  # adaptive refresh: never more often
+    max_every_seconds: float = 3600.0  # adaptive refresh: never less often
+    budget_per_hour: float | None = None  # adaptive refresh: polls per hour, all sources
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,9 @@ class Settings:
 @dataclass(frozen=True)
 class FeedSource:
     """``sources: NAME: {feed: URL, every: DURATION, categories: [...]}``; URL is
-    http(s): or file:.  ``categories`` (e.g. the folders of an OPML import) are added
-    to each of the source's items as ``<category>``."""
+    http(s): or file:; without ``every`` the interval is adaptive.  ``categories``
+    (e.g. the folders of an OPML import) are added to each of the source's items as
+    ``<category>``."""
 
     name: str
     url: str
@@ -87,6 +95,9 @@ class FeedSource:
     categories: tuple[str, ...] = ()
     time: str = "ingest"  # ingest | published: the items' event time (Source.time)
     origin: Origin = field(default=Origin(), compare=False)
+    # ``every:`` given: polled every ``every_seconds``; else adaptive refresh, starting
+    # there (settings.fetch.every) and following the feed's publication rate
+    fixed: bool = True
 
 
 MailKind = Literal["imap", "maildir", "mbox", "smtp"]

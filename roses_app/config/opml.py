@@ -181,7 +181,9 @@ def opml_sources(
             taken.add(feed.name)
             known_urls.add(feed.url)
             origin = Origin(str(path), feed.line, "", f"source:{feed.name}")
-            out.append(FeedSource(feed.name, feed.url, every, feed.categories, origin=origin))
+            out.append(
+                FeedSource(feed.name, feed.url, every, feed.categories, origin=origin, fixed=False)
+            )
     return out
 
 

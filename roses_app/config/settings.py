@@ -55,14 +55,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
         conf=tuple((k, v) for k, v, _ in sp.string_map("conf")),
         class_archive=sp.boolean("class_archive", d.spark.class_archive),
     )
-    f = s.section("fetch", optional=("timeout", "max_bytes", "user_agent", "every", "max_backoff"))
-    fetch = FetchSettings(
-        timeout_seconds=f.duration("timeout", d.fetch.timeout_seconds),
-        max_bytes=f.size("max_bytes", d.fetch.max_bytes),
-        user_agent=f.string("user_agent", d.fetch.user_agent),
-        default_every_seconds=f.duration("every", d.fetch.default_every_seconds),
-        max_backoff_seconds=f.duration("max_backoff", d.fetch.max_backoff_seconds),
-    )
+    fetch = _fetch(problems, s.section("fetch", optional=FETCH_KEYS), d.fetch)
     namespaces = _namespaces(problems, s)
     lateness = s.duration("lateness", 0.0, positive=False)
     max_future = s.duration("max_future", d.max_future / 1_000_000)
@@ -79,6 +72,52 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
         max_future=round(max_future * 1_000_000),
         compact_every_seconds=compact_every,
         websub=websub,
+    )
+
+
+FETCH_KEYS = (
+    "timeout",
+    "max_bytes",
+    "user_agent",
+    "every",
+    "max_backoff",
+    "concurrency",
+    "per_host",
+    "host_spacing",
+    "parse_workers",
+    "min_every",
+    "max_every",
+    "budget",
+)
+
+
+def _fetch(problems: Problems, f: Section, d: FetchSettings) -> FetchSettings:
+    """settings.fetch; the adaptive bounds must be in order (min_every <= every <= max_every
+    is not required: ``every`` is the fixed sources' default and adaptive ones' start)."""
+    min_every = f.duration("min_every", d.min_every_seconds)
+    max_every = f.duration("max_every", d.max_every_seconds)
+    if min_every > max_every:
+        problems.add(
+            f.values["min_every"].line if "min_every" in f.values else f.line,
+            f"settings.fetch.min_every ({min_every:g} s) is longer than max_every "
+            f"({max_every:g} s): make min_every the shorter one",
+        )
+    budget = f.values.get("budget")
+    return FetchSettings(
+        timeout_seconds=f.duration("timeout", d.timeout_seconds),
+        max_bytes=f.size("max_bytes", d.max_bytes),
+        user_agent=f.string("user_agent", d.user_agent),
+        default_every_seconds=f.duration("every", d.default_every_seconds),
+        max_backoff_seconds=f.duration("max_backoff", d.max_backoff_seconds),
+        concurrency=f.integer("concurrency", d.concurrency, minimum=1, maximum=10_000),
+        per_host=f.integer("per_host", d.per_host, minimum=1, maximum=1_000),
+        host_spacing_seconds=f.duration("host_spacing", d.host_spacing_seconds, positive=False),
+        parse_workers=f.integer("parse_workers", d.parse_workers, minimum=1, maximum=64),
+        min_every_seconds=min_every,
+        max_every_seconds=max_every,
+        budget_per_hour=None
+        if budget is None
+        else float(f.integer("budget", 0, minimum=1, maximum=100_000_000)),
     )
 
 

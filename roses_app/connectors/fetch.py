@@ -1,45 +1,52 @@
-"""Fetching feed documents: http(s) through httpx, ``file:`` URLs from disk.
+"""Fetching feed documents: http(s) through httpx's async client, ``file:`` from disk.
 
-One :class:`Fetcher` serves every source of the process (its httpx client is
-thread-safe and keeps connections alive).  A fetch is one conditional GET:
+One :class:`AsyncFetcher` serves every source of the process: fetches are coroutines,
+so hundreds of servers are waited on at once by one thread, and its connection pool
+keeps connections to a host alive between fetches (many feeds share a host), speaks
+HTTP/2 where a server offers it (TLS with ALPN) and resolves each host name once per
+few minutes (:mod:`roses_app.connectors.dnscache`).  :class:`Fetcher` is the same
+fetcher for synchronous callers (``roses fetch``, previews, tests).  A fetch is one
+conditional GET:
 
 * ``If-None-Match`` / ``If-Modified-Since`` from the stored validators; a 304
   comes back as a result with ``not_modified`` set and no body;
-* ``Accept-Encoding: gzip, deflate``; the body is decoded while it streams, in
-  bounded steps, and the size cap (``FetchSettings.max_bytes``) applies to the
-  *decoded* bytes as they are produced, so a gzip bomb, even stacked
+* ``Accept-Encoding: gzip, deflate``; the size cap (``FetchSettings.max_bytes``)
+  applies to the coded bytes as they stream and to the *decoded* bytes as they are
+  produced, in bounded steps, so a gzip bomb, even stacked
   (``Content-Encoding: gzip, gzip``), is stopped at the cap
   (:mod:`roses_app.connectors.limits`);
-* redirects are followed by hand, at most :data:`MAX_REDIRECTS`.  When the chain
-  starts with permanent redirects (301, 308) the last permanent target is
-  reported as ``permanent_url`` so the caller can store it; a temporary one
-  (302, 303, 307) ends that prefix;
+* redirects are followed by hand, at most :data:`MAX_REDIRECTS`, to http(s) only.
+  When the chain starts with permanent redirects (301, 308) the last permanent
+  target is reported as ``permanent_url`` so the caller can store it; a temporary
+  one (302, 303, 307) ends that prefix;
 * 410 comes back as a result with ``gone`` set;
 * 429 and 503 raise :class:`RetryLaterError` carrying ``Retry-After`` (seconds
   or an HTTP date, turned into seconds from the injected clock);
 * every other failure (other 4xx/5xx, DNS, refused, reset, TLS, timeouts, body
   too large) raises :class:`~roses_app.errors.FetchError`.
 
-Timeout: ``timeout_seconds`` is the deadline of the whole fetch: connecting,
-the headers and the body of every redirect hop.  A watchdog ends it then, even
-while a server dribbles its headers one byte at a time
-(:class:`~roses_app.connectors.limits.Deadline`), and it fails with
-:class:`~roses_app.connectors.limits.FetchTimeoutError`.
+Timeout: ``timeout_seconds`` is the deadline of the whole fetch: connecting, the
+headers and the body of every redirect hop.  The fetch's coroutine is cancelled then
+(``asyncio.timeout``), even while a server dribbles its headers one byte at a time,
+and it fails with :class:`~roses_app.connectors.limits.FetchTimeoutError`; its
+connection is closed, never returned to the pool.  A server that never answers holds
+one fetch, never a thread.
 
 ``file:`` URLs (``file:relative/path``, ``file:/abs``, ``file:///abs``) read a
 regular file, honouring the size cap (a named pipe, device or directory is
-refused: reading one could block a worker forever); a ``Last-Modified``/``ETag``
+refused: reading one could block forever); a ``Last-Modified``/``ETag``
 made from the file's mtime and size make an unchanged file answer "not modified".
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
@@ -49,7 +56,9 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpx
 
 from roses_app.config.model import FetchSettings
-from roses_app.connectors.limits import Deadline, FetchTimeoutError, decoded, read_capped
+from roses_app.connectors.dnscache import CachingBackend
+from roses_app.connectors.limits import FetchTimeoutError, decoded, read_capped
+from roses_app.connectors.loopthread import LoopThread
 from roses_app.errors import FetchError
 
 log = logging.getLogger(__name__)
@@ -133,8 +142,11 @@ def file_path_of(url: str, base_dir: Path | None = None) -> Path:
     return path
 
 
-class Fetcher:
-    """Conditional GETs for feed sources (see the module docstring)."""
+class AsyncFetcher:
+    """Conditional GETs for feed sources, as coroutines (see the module docstring).
+
+    Use it on one event loop; :meth:`aclose` on that loop when done.
+    """
 
     def __init__(
         self,
@@ -142,16 +154,16 @@ class Fetcher:
         clock: Callable[[], float] = time.time,
         *,
         base_dir: Path | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.base_dir = base_dir
-        self._client = httpx.Client(
+        self.dns: CachingBackend | None = None
+        if transport is None:
+            transport, self.dns = _pooled_transport(settings)
+        self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.timeout_seconds),
-            # A fresh connection per fetch: the deadline's watchdog learns the
-            # sockets of a fetch from its connects (polls are minutes apart anyway).
-            limits=httpx.Limits(max_keepalive_connections=0),
             follow_redirects=False,
             headers={
                 "User-Agent": settings.user_agent,
@@ -161,158 +173,100 @@ class Fetcher:
             transport=transport,
         )
 
-    def close(self) -> None:
-        self._client.close()
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
-    def __enter__(self) -> Fetcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- entry point -------------------------------------------------------------
-
-    def fetch(
+    async def fetch(
         self, url: str, etag: str | None = None, last_modified: str | None = None
     ) -> FetchResult:
         scheme = url.split(":", 1)[0].lower() if ":" in url else ""
         if scheme == "file":
-            return self._fetch_file(url, etag, last_modified)
+            return await asyncio.to_thread(
+                fetch_file, url, etag, self.settings.max_bytes, self.base_dir
+            )
         if scheme in ("http", "https"):
-            return self._fetch_http(url, etag, last_modified)
+            return await self._fetch_http(url, etag, last_modified)
         raise FetchError(f"unsupported URL scheme in {url!r}: use http:, https: or file:")
 
-    # -- file: --------------------------------------------------------------------
-
-    def _fetch_file(self, url: str, etag: str | None, last_modified: str | None) -> FetchResult:
-        path = file_path_of(url, self.base_dir)
-        cap = self.settings.max_bytes
-        try:
-            with _open_regular(path) as fh:
-                st = os.fstat(fh.fileno())
-                if st.st_size > cap:
-                    raise FetchError(
-                        f"{path}: {st.st_size} bytes is over the limit of "
-                        f"{cap} bytes (fetch.max_bytes)"
-                    )
-                new_etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
-                new_modified = email.utils.formatdate(st.st_mtime, usegmt=True)
-                if etag is not None and etag == new_etag:
-                    return FetchResult(
-                        url=url, status=304, etag=new_etag, last_modified=new_modified
-                    )
-                body = fh.read(cap + 1)
-        except FetchError:
-            raise
-        except OSError as exc:
-            raise FetchError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        if len(body) > cap:
-            raise FetchError(f"{path}: over the limit of {cap} bytes (fetch.max_bytes)")
-        return FetchResult(
-            url=url, status=200, body=body, etag=new_etag, last_modified=new_modified
-        )
-
-    # -- http(s) -----------------------------------------------------------------
-
-    def _fetch_http(self, url: str, etag: str | None, last_modified: str | None) -> FetchResult:
+    async def _fetch_http(
+        self, url: str, etag: str | None, last_modified: str | None
+    ) -> FetchResult:
         headers: dict[str, str] = {}
         if etag:
             headers["If-None-Match"] = etag
         if last_modified:
             headers["If-Modified-Since"] = last_modified
+        seconds = self.settings.timeout_seconds
+        try:
+            async with asyncio.timeout(seconds):
+                return await self._follow(url, headers)
+        except TimeoutError as exc:
+            if isinstance(exc, FetchTimeoutError):
+                raise
+            raise FetchTimeoutError(
+                f"timed out: {url} did not finish within {seconds:g} s "
+                "(fetch.timeout covers connecting, the headers and the body); aborted"
+            ) from exc
+
+    async def _follow(self, url: str, headers: dict[str, str]) -> FetchResult:
+        """The GET of ``url`` and of each redirect after it."""
         current = url
         permanent_url: str | None = None
         still_permanent = True
-        with Deadline(self.settings.timeout_seconds) as deadline:
-            for _hop in range(MAX_REDIRECTS + 1):
-                result = self._get_within(current, headers, deadline)
-                if isinstance(result, _Redirect):
-                    if result.status in PERMANENT_REDIRECTS and still_permanent:
-                        permanent_url = result.location
-                    else:
-                        still_permanent = False
-                    current = result.location
-                    continue
-                if permanent_url is not None:
-                    result = replace(result, permanent_url=permanent_url)
-                return result
+        for _hop in range(MAX_REDIRECTS + 1):
+            result = await self._get(current, headers)
+            if isinstance(result, _Redirect):
+                if result.status in PERMANENT_REDIRECTS and still_permanent:
+                    permanent_url = result.location
+                else:
+                    still_permanent = False
+                current = result.location
+                continue
+            if permanent_url is not None:
+                result = replace(result, permanent_url=permanent_url)
+            return result
         raise FetchError(f"more than {MAX_REDIRECTS} redirects starting at {url}")
 
-    def _get_within(
-        self, url: str, headers: dict[str, str], deadline: Deadline
-    ) -> FetchResult | _Redirect:
-        """One GET; whatever it does after the deadline is a :class:`FetchTimeoutError`."""
-        timed_out = FetchTimeoutError(
-            f"timed out: {url} did not finish within {deadline.seconds:g} s "
-            "(fetch.timeout covers connecting, the headers and the body); aborted"
-        )
-        try:
-            result = self._get_once(url, headers, deadline)
-        except httpx.TimeoutException as exc:
-            raise timed_out from exc
-        except (
-            httpx.HTTPError,
-            httpx.InvalidURL,
-            httpx.StreamError,
-            ValueError,
-            OSError,
-        ) as exc:
-            if deadline.expired:  # the watchdog cut the connection: that is the cause
-                raise timed_out from exc
-            if isinstance(exc, FetchError):
-                raise
-            raise FetchError(f"{type(exc).__name__} fetching {url}: {exc}") from exc
-        if deadline.expired:  # a close-delimited body cut short looks complete
-            raise timed_out
-        return result
-
-    def _get_once(
-        self, url: str, headers: dict[str, str], deadline: Deadline
-    ) -> FetchResult | _Redirect:
+    async def _get(self, url: str, headers: dict[str, str]) -> FetchResult | _Redirect:
+        """One GET; transport failures become :class:`FetchError`."""
         if urlsplit(url).scheme.lower() not in ("http", "https"):
             raise FetchError(f"redirected to a URL that is not http(s): {url}")
-        with self._client.stream(
-            "GET",
-            url,
-            headers=headers,
-            timeout=httpx.Timeout(deadline.remaining()),
-            extensions={"trace": deadline.trace},
-        ) as response:
-            status = response.status_code
-            lower = {k.lower(): v for k, v in response.headers.items()}
-            if status in PERMANENT_REDIRECTS or status in TEMPORARY_REDIRECTS:
-                location = response.headers.get("location")
-                if not location:
-                    raise HttpStatusError(f"HTTP {status} without a Location from {url}", status)
-                return _Redirect(status, urljoin(url, location.strip()))
-            if status == 304:
-                return FetchResult(
-                    url=url,
-                    status=304,
-                    headers=lower,
-                    etag=response.headers.get("etag"),
-                    last_modified=response.headers.get("last-modified"),
-                )
-            if status == 410:
-                return FetchResult(url=url, status=410, headers=lower)
-            if status in (429, 503):
-                retry_after = parse_retry_after(response.headers.get("retry-after"), self.clock())
-                hint = f", Retry-After {retry_after:g} s" if retry_after is not None else ""
-                raise RetryLaterError(
-                    f"HTTP {status} {response.reason_phrase} from {url}{hint}", status, retry_after
-                )
-            if not 200 <= status < 300:
-                raise HttpStatusError(f"HTTP {status} {response.reason_phrase} from {url}", status)
-            return FetchResult(
-                url=url,
-                status=200,
-                body=self._read_body(response, url),
-                headers=lower,
-                etag=response.headers.get("etag"),
-                last_modified=response.headers.get("last-modified"),
-            )
+        try:
+            async with self._client.stream("GET", url, headers=headers) as response:
+                return await self._answer(response, url)
+        except httpx.TimeoutException as exc:
+            raise FetchTimeoutError(f"timed out: {url}: {exc or type(exc).__name__}") from exc
+        except FetchError:
+            raise
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError, OSError) as exc:
+            raise FetchError(f"{type(exc).__name__} fetching {url}: {exc}") from exc
 
-    def _read_body(self, response: httpx.Response, url: str) -> bytes:
+    async def _answer(self, response: httpx.Response, url: str) -> FetchResult | _Redirect:
+        status = response.status_code
+        lower = {k.lower(): v for k, v in response.headers.items()}
+        if status in PERMANENT_REDIRECTS or status in TEMPORARY_REDIRECTS:
+            location = response.headers.get("location")
+            if not location:
+                raise HttpStatusError(f"HTTP {status} without a Location from {url}", status)
+            return _Redirect(status, urljoin(url, location.strip()))
+        etag = response.headers.get("etag")
+        last_modified = response.headers.get("last-modified")
+        if status == 304:
+            return FetchResult(url, 304, b"", lower, etag, last_modified)
+        if status == 410:
+            return FetchResult(url=url, status=410, headers=lower)
+        if status in (429, 503):
+            retry_after = parse_retry_after(response.headers.get("retry-after"), self.clock())
+            hint = f", Retry-After {retry_after:g} s" if retry_after is not None else ""
+            raise RetryLaterError(
+                f"HTTP {status} {response.reason_phrase} from {url}{hint}", status, retry_after
+            )
+        if not 200 <= status < 300:
+            raise HttpStatusError(f"HTTP {status} {response.reason_phrase} from {url}", status)
+        body = await self._read_body(response, url)
+        return FetchResult(url, 200, body, lower, etag, last_modified)
+
+    async def _read_body(self, response: httpx.Response, url: str) -> bytes:
         cap = self.settings.max_bytes
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
@@ -320,17 +274,104 @@ class Fetcher:
                 f"{url} announces {declared} bytes, over the limit of {cap} bytes "
                 "(fetch.max_bytes); raise settings.fetch.max_bytes if this feed is that large"
             )
+        # aiter_raw: the coded bytes, at most the cap of them; limits.decoded then
+        # undoes the codings in bounded steps (httpx's own decoder inflates a whole
+        # chunk, however large, in one call).
+        raw = [chunk async for chunk in _counted(response.aiter_raw(), cap, url)]
         coding = response.headers.get("content-encoding", "")
-        # iter_raw: the coded bytes, which limits.decoded undoes in bounded steps
-        # (httpx's own decoder inflates a whole chunk, however large, in one call).
-        raw = _counted(response.iter_raw(), cap, url)
         return read_capped(decoded(raw, coding, url), cap, url)
 
 
-def _counted(chunks: Iterator[bytes], cap: int, url: str) -> Iterator[bytes]:
+def _pooled_transport(
+    settings: FetchSettings,
+) -> tuple[httpx.AsyncHTTPTransport, CachingBackend | None]:
+    """httpx's transport with keep-alive for every fetch in flight, HTTP/2 where h2 is
+    installed, and its network backend wrapped in the DNS cache."""
+    try:
+        import h2  # noqa: F401  (httpx needs it for http2=True)
+
+        http2 = True
+    except ImportError:
+        http2 = False
+    transport = httpx.AsyncHTTPTransport(
+        http2=http2,
+        limits=httpx.Limits(
+            max_connections=settings.concurrency * 2,
+            max_keepalive_connections=settings.concurrency,
+            keepalive_expiry=60.0,
+        ),
+    )
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is None:  # another httpcore: no DNS cache, everything else works
+        log.warning("fetch: this httpcore has no network backend to wrap: no DNS cache")
+        return transport, None
+    dns = CachingBackend(backend)
+    pool._network_backend = dns  # type: ignore[union-attr]
+    return transport, dns
+
+
+def fetch_file(url: str, etag: str | None, cap: int, base_dir: Path | None = None) -> FetchResult:
+    """A ``file:`` URL's document; "not modified" when its mtime and size did not change."""
+    path = file_path_of(url, base_dir)
+    try:
+        with _open_regular(path) as fh:
+            st = os.fstat(fh.fileno())
+            if st.st_size > cap:
+                raise FetchError(
+                    f"{path}: {st.st_size} bytes is over the limit of {cap} bytes (fetch.max_bytes)"
+                )
+            new_etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+            new_modified = email.utils.formatdate(st.st_mtime, usegmt=True)
+            if etag is not None and etag == new_etag:
+                return FetchResult(url=url, status=304, etag=new_etag, last_modified=new_modified)
+            body = fh.read(cap + 1)
+    except FetchError:
+        raise
+    except OSError as exc:
+        raise FetchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(body) > cap:
+        raise FetchError(f"{path}: over the limit of {cap} bytes (fetch.max_bytes)")
+    return FetchResult(url=url, status=200, body=body, etag=new_etag, last_modified=new_modified)
+
+
+class Fetcher:
+    """:class:`AsyncFetcher` for synchronous callers: each :meth:`fetch` runs on a loop
+    of the fetcher's own (in a thread), so several threads may fetch at once."""
+
+    def __init__(
+        self,
+        settings: FetchSettings,
+        clock: Callable[[], float] = time.time,
+        *,
+        base_dir: Path | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self._loop = LoopThread("roses-fetcher")
+        self.fetcher = AsyncFetcher(settings, clock, base_dir=base_dir, transport=transport)
+
+    def fetch(
+        self, url: str, etag: str | None = None, last_modified: str | None = None
+    ) -> FetchResult:
+        return self._loop.run(self.fetcher.fetch(url, etag, last_modified))
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._loop.run(self.fetcher.aclose())
+            self._loop.close()
+
+    def __enter__(self) -> Fetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _counted(chunks: AsyncIterator[bytes], cap: int, url: str) -> AsyncIterator[bytes]:
     """The coded bytes are capped too: no bomb of empty gzip members either."""
     total = 0
-    for chunk in chunks:
+    async for chunk in chunks:
         total += len(chunk)
         if total > cap:
             raise FetchError(

@@ -1,12 +1,5 @@
-"""What keeps a hostile server from holding a poll worker or the daemon's memory.
-
-:class:`Deadline` ends a fetch when its total time is up, whatever phase it is in.
-httpx's timeouts bound each network operation, and a read timeout starts again at
-every byte, so a server sending its headers one byte per second would hold a fetch
-forever.  A watchdog timer shuts the fetch's sockets down at the deadline instead;
-the blocked read returns at once and the fetch fails.  The sockets come from
-httpx's documented ``trace`` request extension (``connection.connect_tcp``), so
-connections must not be reused across fetches (the fetcher keeps none alive).
+"""What keeps a hostile server from filling the daemon's memory (the fetch's deadline is
+:mod:`roses_app.connectors.fetch`'s ``asyncio.timeout``).
 
 :func:`decoded` undoes a ``Content-Encoding`` chain (``gzip``, ``deflate``, several
 stacked: ``gzip, gzip``) one bounded step at a time: each layer's output is made
@@ -17,10 +10,6 @@ the size cap (checked by :func:`read_capped`) plus a few steps.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
-import time
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -33,57 +22,6 @@ MAX_CODINGS = 4  # content codings a response may stack; servers use one
 
 class FetchTimeoutError(FetchError, TimeoutError):
     """A fetch did not finish (connect, headers and body) within ``fetch.timeout``."""
-
-
-class Deadline:
-    """The total time one fetch may take; shuts its sockets down when it is up."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def remaining(self) -> float:
-        return max(0.0, self.at - time.monotonic())
-
-    def trace(self, event: str, info: dict[str, Any]) -> None:
-        """httpx ``trace`` extension: remember each socket the fetch connects."""
-        if event != "connection.connect_tcp.complete":
-            return
-        stream = info.get("return_value")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if not isinstance(sock, socket.socket):
-            return
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                _shut(sock)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-    def __enter__(self) -> Deadline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cancel()
-
-
-def _shut(sock: socket.socket) -> None:
-    # The fetch may have closed this socket just now: then there is nothing to stop.
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 # -- content codings -----------------------------------------------------------------

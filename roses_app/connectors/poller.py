@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -44,10 +44,11 @@ from typing import Literal
 from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.categories import add_categories
 from roses_app.connectors.common import SourceLocks, backoff_delay, describe
-from roses_app.connectors.fetch import Fetcher, FetchResult, RetryLaterError
+from roses_app.connectors.fetch import AsyncFetcher, FetchResult, RetryLaterError
 from roses_app.connectors.limits import FetchTimeoutError
+from roses_app.connectors.loopthread import LoopThread
 from roses_app.connectors.state import SourceState, StateStore
-from roses_app.connectors.xmlize import parse_feed
+from roses_app.connectors.xmlize import ParsedFeed, parse_feed
 
 log = logging.getLogger(__name__)
 
@@ -65,49 +66,71 @@ class PollResult:
     next_allowed_at: float = 0.0  # clock seconds; 0 = no backoff
     fetch_seconds: float | None = None  # wall time of the fetch; None: nothing fetched
     timed_out: bool = False  # the fetch hit its deadline (fetch.timeout)
+    lag_seconds: float = 0.0  # how long after its due time the poll started
 
 
-class Poller:
-    """Polls feed sources one at a time per source (thread-safe across sources)."""
+@dataclass(frozen=True)
+class Parsed:
+    """A fetched document parsed: the feed, and its entries as items with the source's
+    categories added (what :func:`parse_document` gives, in a worker process or not)."""
+
+    feed: ParsedFeed
+    items: Items
+
+
+def parse_document(
+    body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
+) -> Parsed:
+    """Parse and xml-ize a document (picklable both ways: runs in parse workers)."""
+    feed = parse_feed(body, url, headers)
+    return Parsed(feed, add_categories(feed.entries, categories))
+
+
+ParseStep = Callable[[bytes, str, Mapping[str, str], tuple[str, ...]], Awaitable[Parsed]]
+# Hand the items over and record the state, in this order; the state is recorded
+# only once the items are safe.  Items are empty when only the state changed.
+CommitStep = Callable[[str, Items, SourceState], Awaitable[None]]
+
+
+class AsyncPoller:
+    """Polls feed sources as coroutines; how documents are parsed and how items and
+    state are committed is given (:mod:`roses_app.connectors.engine` parses in worker
+    processes and commits many polls at once; :class:`Poller` does both in line)."""
 
     def __init__(
         self,
         state_store: StateStore,
         fetch_settings: FetchSettings,
         clock: Callable[[], float],
-        sink: Sink,
+        fetcher: AsyncFetcher,
+        parse: ParseStep,
+        commit: CommitStep,
         *,
-        fetcher: Fetcher | None = None,
-        base_dir: Path | None = None,
         backoff_tolerance: float = 0.1,
     ) -> None:
         self.state_store = state_store
         self.settings = fetch_settings
         self.clock = clock
-        self.sink = sink
-        self.fetcher = fetcher or Fetcher(fetch_settings, clock, base_dir=base_dir)
+        self.fetcher = fetcher
+        self.parse = parse
+        self.commit = commit
         self.backoff_tolerance = backoff_tolerance
-        self._lock_for = SourceLocks()
-
-    def close(self) -> None:
-        self.fetcher.close()
 
     def interval(self, source: FeedSource) -> float:
         every = source.every_seconds
         return every if every > 0 else self.settings.default_every_seconds
 
-    def poll(self, source: FeedSource, force: bool = False) -> PollResult:
-        """Poll ``source`` once; never raises."""
-        with self._lock_for(source.name):
-            try:
-                return self._poll(source, force)
-            except Exception as exc:  # the state store itself failed, or a bug
-                log.exception("source %s: poll failed unexpectedly", source.name)
-                return PollResult(source.name, "error", message=f"{type(exc).__name__}: {exc}")
+    async def poll(self, source: FeedSource, force: bool = False) -> PollResult:
+        """Poll ``source`` once; never raises (but is cancelled as any coroutine)."""
+        try:
+            return await self._poll(source, force)
+        except Exception as exc:  # the state store itself failed, or a bug
+            log.exception("source %s: poll failed unexpectedly", source.name)
+            return PollResult(source.name, "error", message=f"{type(exc).__name__}: {exc}")
 
     # -- the steps ---------------------------------------------------------------------
 
-    def _poll(self, source: FeedSource, force: bool) -> PollResult:
+    async def _poll(self, source: FeedSource, force: bool) -> PollResult:
         name = source.name
         now = self.clock()
         state = self.state_store.load(name, source.url)
@@ -132,20 +155,20 @@ class Poller:
 
         started = time.monotonic()
         try:
-            result = self.fetcher.fetch(state.url, state.etag, state.last_modified)
+            result = await self.fetcher.fetch(state.url, state.etag, state.last_modified)
         except RetryLaterError as exc:
-            failed = self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
+            failed = await self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
             return replace(failed, fetch_seconds=time.monotonic() - started)
         except Exception as exc:
-            failed = self._fail(source, state, now, describe(exc))
+            failed = await self._fail(source, state, now, describe(exc))
             return replace(
                 failed,
                 fetch_seconds=time.monotonic() - started,
                 timed_out=isinstance(exc, FetchTimeoutError),
             )
-        return self._handle(source, state, now, result, time.monotonic() - started)
+        return await self._handle(source, state, now, result, time.monotonic() - started)
 
-    def _handle(
+    async def _handle(
         self, source: FeedSource, state: SourceState, now: float, result: FetchResult, took: float
     ) -> PollResult:
         """What a fetch that did not fail means: moved, gone, unchanged or new items."""
@@ -162,11 +185,14 @@ class Poller:
         if result.gone:
             message = f"{result.url} is gone (HTTP 410); not polling it any more"
             log.warning("source %s: %s", name, message)
-            self.state_store.put(replace(state, gone=True, last_status="gone", last_error=message))
+            gone = replace(state, gone=True, last_status="gone", last_error=message)
+            await self.commit(name, [], gone)
             return PollResult(name, "gone", message=message, fetch_seconds=took)
 
         if result.not_modified:
-            self.state_store.put(
+            await self.commit(
+                name,
+                [],
                 self._succeeded(
                     state,
                     now,
@@ -174,39 +200,36 @@ class Poller:
                     etag=result.etag or state.etag,
                     last_modified=result.last_modified or state.last_modified,
                     n_not_modified=state.n_not_modified + 1,
-                )
+                ),
             )
             return PollResult(name, "not_modified", fetch_seconds=took)
 
         try:
-            parsed = parse_feed(result.body, result.url, result.headers)
+            done = await self.parse(result.body, result.url, result.headers, source.categories)
         except Exception as exc:
-            return replace(self._fail(source, state, now, describe(exc)), fetch_seconds=took)
+            failed = await self._fail(source, state, now, describe(exc))
+            return replace(failed, fetch_seconds=took)
+        parsed, items = done.feed, done.items
         if parsed.skipped:
             log.warning("source %s: %d entries could not be written as items", name, parsed.skipped)
         if parsed.dropped:
             log.warning("source %s: %d invalid fields dropped from its items", name, parsed.dropped)
 
-        items = add_categories(parsed.entries, source.categories)
-        if items:
-            try:
-                self.sink(name, items)
-            except Exception as exc:
-                log.exception("source %s: the sink refused %d items", name, len(items))
-                why = f"sink failed ({describe(exc)}); items will be refetched"
-                return replace(self._fail(source, state, now, why), fetch_seconds=took)
-
-        self.state_store.put(
-            self._succeeded(
-                state,
-                now,
-                status="ok",
-                etag=result.etag,
-                last_modified=result.last_modified,
-                n_ok=state.n_ok + 1,
-                n_items=state.n_items + len(items),
-            )
+        succeeded = self._succeeded(
+            state,
+            now,
+            status="ok",
+            etag=result.etag,
+            last_modified=result.last_modified,
+            n_ok=state.n_ok + 1,
+            n_items=state.n_items + len(items),
         )
+        try:
+            await self.commit(name, items, succeeded)
+        except Exception as exc:
+            log.exception("source %s: the sink refused %d items", name, len(items))
+            why = f"sink failed ({describe(exc)}); items will be refetched"
+            return replace(await self._fail(source, state, now, why), fetch_seconds=took)
         message = f"{len(items)} items"
         if parsed.bozo:
             message += f" (feed is not well-formed, recovered: {parsed.bozo_message})"
@@ -241,7 +264,7 @@ class Poller:
             n_items=state.n_items if n_items is None else n_items,
         )
 
-    def _fail(
+    async def _fail(
         self,
         source: FeedSource,
         state: SourceState,
@@ -257,7 +280,9 @@ class Poller:
         else:
             delay = backoff_delay(self.interval(source), failures, cap)
         next_allowed_at = now + delay
-        self.state_store.put(
+        await self.commit(
+            source.name,
+            [],
             replace(
                 state,
                 failures=failures,
@@ -266,7 +291,7 @@ class Poller:
                 last_status="error",
                 last_error=message,
                 n_errors=state.n_errors + 1,
-            )
+            ),
         )
         log.warning(
             "source %s: %s (failure %d in a row; next attempt in %.0f s)",
@@ -276,3 +301,59 @@ class Poller:
             delay,
         )
         return PollResult(source.name, "error", message=message, next_allowed_at=next_allowed_at)
+
+
+class Poller:
+    """:class:`AsyncPoller` for synchronous callers (``roses fetch``, tests): parses in
+    line and hands items to ``sink`` then the state to ``state_store``, one poll at a
+    time per source (thread-safe across sources)."""
+
+    def __init__(
+        self,
+        state_store: StateStore,
+        fetch_settings: FetchSettings,
+        clock: Callable[[], float],
+        sink: Sink,
+        *,
+        base_dir: Path | None = None,
+        backoff_tolerance: float = 0.1,
+    ) -> None:
+        self.state_store = state_store
+        self.settings = fetch_settings
+        self.sink = sink
+        self._loop = LoopThread("roses-poller")
+        fetcher = AsyncFetcher(fetch_settings, clock, base_dir=base_dir)
+        self.core = AsyncPoller(
+            state_store,
+            fetch_settings,
+            clock,
+            fetcher,
+            _parse_in_line,
+            self._commit,
+            backoff_tolerance=backoff_tolerance,
+        )
+        self._lock_for = SourceLocks()
+
+    def interval(self, source: FeedSource) -> float:
+        return self.core.interval(source)
+
+    def poll(self, source: FeedSource, force: bool = False) -> PollResult:
+        """Poll ``source`` once; never raises."""
+        with self._lock_for(source.name):
+            return self._loop.run(self.core.poll(source, force))
+
+    async def _commit(self, name: str, items: Items, state: SourceState) -> None:
+        if items:
+            self.sink(name, items)
+        self.state_store.put(state)
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._loop.run(self.core.fetcher.aclose())
+            self._loop.close()
+
+
+async def _parse_in_line(
+    body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
+) -> Parsed:
+    return parse_document(body, url, headers, categories)

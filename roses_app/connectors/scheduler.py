@@ -1,138 +1,272 @@
-"""Scheduling feed polls with APScheduler (3.x ``BackgroundScheduler``).
+"""Scheduling feed polls: one event loop waits on every server, APScheduler wakes it.
 
-Each source becomes one interval job: first run right away, then every
-``every_seconds`` plus a random jitter of up to ``jitter_fraction`` of the
-interval, so sources configured alike do not all hit the network at once.  A job
-never runs twice at the same time (``max_instances=1``) and missed runs collapse
-into one (``coalesce=True``).  Polls run on a small thread pool; a poll never
-raises (see :class:`~roses_app.connectors.poller.Poller`), so one failing
-source never stops the others.
+What happens to a source, from one poll to the next:
 
-Slow sources must not delay the others either.  Every fetch ends by its deadline
-(``fetch.timeout``), and a source whose last fetch hit it, or took more than
-half of it, is polled in a *slow lane*: a pool of its own (``slow_workers``
-threads), so a handful of servers that dribble their answers only ever wait on
-each other.  A fast poll brings the source back.  Until a source has been seen
-slow once, it may hold a worker of the main pool, for one deadline at most.
+1. It is *due* at a time (the first time: when its stored state says, else now).  A
+   :class:`~roses_app.connectors.pollqueue.PollQueue` starts due sources in due
+   order, at most ``fetch.concurrency`` in flight and ``fetch.per_host`` to one host,
+   starts on one host ``fetch.host_spacing`` apart.  A source started after its time
+   is late, never skipped: the lag is counted (``PollResult.lag_seconds``).
+2. Its fetch is a coroutine on the connector's event loop (a thread of its own,
+   :class:`~roses_app.connectors.loopthread.LoopThread`): a server that never answers
+   holds one slot until ``fetch.timeout``, nothing else.
+3. A fetched document is parsed in a worker process
+   (:class:`~roses_app.connectors.parsepool.ParsePool`), never on the loop.
+4. Its items and state are committed with those of the other polls ending at the
+   same moment (:class:`~roses_app.connectors.committer.Committer`).
+5. It is due again after its interval (or its backoff, or ``Retry-After``); a source
+   that is gone (410) is not.
+
+APScheduler (``AsyncIOScheduler``, on the same loop) runs one job: hand the due
+sources to the fetcher.  The job is moved to the next time something may start (a due
+time, or a host's spacing ending), and a poll that ends hands out its slot at once.
+One job rather than one per source: 100,000 jobs cost APScheduler seconds to add and
+a sorted-list insertion at every run, and each late run is a warning ("missed"),
+where a late poll should just be done late and counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor as FuturesPool
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from apscheduler.executors.pool import ThreadPoolExecutor
-from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from roses_app.config.model import FeedSource, SourceConfig
-from roses_app.connectors.common import PollJob, start_interval_scheduler
-from roses_app.connectors.poller import Poller, PollResult
+from roses_app.config.model import FeedSource, FetchSettings, SourceConfig
+from roses_app.connectors.committer import Committer, SinkMany
+from roses_app.connectors.fetch import AsyncFetcher
+from roses_app.connectors.loopthread import LoopThread
+from roses_app.connectors.parsepool import ParsePool
+from roses_app.connectors.poller import AsyncPoller, PollResult
+from roses_app.connectors.pollqueue import PollQueue, host_of
+from roses_app.connectors.state import StateStore
 
 log = logging.getLogger(__name__)
 
 ResultHook = Callable[[PollResult], None]
-
-SLOW_LANE = "slow"  # the executor of sources whose fetches are slow
-SLOW_FRACTION = 0.5  # of fetch.timeout: a fetch taking longer marks its source slow
+JOB = "dispatch"
+STOP_SECONDS = 10.0  # a stop waits this long for the loop's tasks to end
 
 
 class FeedScheduler:
-    """Polls every feed source on its own jittered interval."""
+    """Polls every feed source when it is due (see the module docstring)."""
 
     def __init__(
         self,
-        poller: Poller,
+        states: StateStore,
+        settings: FetchSettings,
         sources: Iterable[SourceConfig] | Mapping[str, SourceConfig],
+        sink_many: SinkMany,
         clock: Callable[[], float] = time.time,
         *,
-        max_workers: int = 4,
-        slow_workers: int = 2,
-        jitter_fraction: float = 0.1,
+        base_dir: Path | None = None,
         on_result: ResultHook | None = None,
     ) -> None:
-        self.poller = poller
+        self.states = states
+        self.settings = settings
         values = sources.values() if isinstance(sources, Mapping) else sources
-        self.sources: list[FeedSource] = [s for s in values if isinstance(s, FeedSource)]
+        self.sources = {s.name: s for s in values if isinstance(s, FeedSource)}
+        self.sink_many = sink_many
         self.clock = clock
-        self.max_workers = max(1, max_workers)
-        self.slow_workers = max(1, slow_workers)
-        self.slow_sources: set[str] = set()  # polled in the slow lane
-        self.jitter_fraction = jitter_fraction
+        self.base_dir = base_dir
         self.on_result = on_result
         self.last_results: dict[str, tuple[float, PollResult]] = {}
-        self._results_lock = threading.Lock()
-        self._scheduler: BackgroundScheduler | None = None
+        self.queue = PollQueue(
+            settings.concurrency, settings.per_host, settings.host_spacing_seconds
+        )
+        self._thread: LoopThread | None = None
+        self._tasks: set[asyncio.Task[PollResult]] = set()
+        self._aps: AsyncIOScheduler | None = None
+        self._armed: float | None = None  # when the dispatch job runs next
 
     @property
     def running(self) -> bool:
-        return self._scheduler is not None and self._scheduler.running
+        return self._aps is not None and self._aps.running
+
+    # -- life cycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Schedule every source (first poll right away) and return."""
-        if self._scheduler is not None:
+        """Schedule every source and return; polls go on in the connector's thread."""
+        if self._thread is not None:
             raise RuntimeError("FeedScheduler already started")
-        jobs = [
-            PollJob(f"feed:{s.name}", f"poll {s.name}", self.poller.interval(s), self._run, [s])
-            for s in self.sources
-        ]
-        scheduler = start_interval_scheduler(jobs, self.max_workers, self.jitter_fraction)
-        scheduler.add_executor(ThreadPoolExecutor(self.slow_workers), alias=SLOW_LANE)
-        self._scheduler = scheduler
+        self._thread = LoopThread("roses-fetch")
+        self._thread.run(self._start())
         log.info("polling %d feed source(s)", len(self.sources))
 
     def poll_all_once(self, force: bool = False) -> list[PollResult]:
-        """Poll every source once, in parallel; results in source order (``roses once``)."""
+        """Poll every source once, concurrently; results in source order (``roses once``)."""
         if not self.sources:
             return []
-        with FuturesPool(max_workers=min(self.max_workers, len(self.sources))) as pool:
-            futures = [pool.submit(self._run, source, force) for source in self.sources]
-            return [f.result() for f in futures]
+        thread = LoopThread("roses-fetch-once")
+        try:
+            return thread.run(self._once(force))
+        finally:
+            thread.close()
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stop scheduling; with ``wait`` let the polls in flight finish."""
-        scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None and scheduler.running:
-            scheduler.shutdown(wait=wait)
+        """Stop: polls in flight are cancelled (their fetch, their parse), what is
+        already queued for the spool is written, nothing is half-written."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        try:
+            thread.run(self._stop(), STOP_SECONDS if wait else 1.0)
+        finally:
+            thread.close()
 
-    def _run(self, source: FeedSource, force: bool = False) -> PollResult:
-        result = self.poller.poll(source, force=force)
-        with self._results_lock:
-            self.last_results[source.name] = (self.clock(), result)
-        self._choose_lane(source.name, result)
+    async def _open(self) -> None:
+        """The connector's parts, made on the loop that uses them."""
+        self.fetcher = AsyncFetcher(self.settings, self.clock, base_dir=self.base_dir)
+        self.parser = ParsePool(self.settings.parse_workers)
+        self.committer = Committer(self.sink_many, self.states)
+        self.committer.start()
+        self.poller = AsyncPoller(
+            self.states,
+            self.settings,
+            self.clock,
+            self.fetcher,
+            self.parser.parse,
+            self.committer.commit,
+        )
+
+    async def _start(self) -> None:
+        await self._open()
+        now = self.clock()
+        known = {state.name: state for state in self.states.all()}
+        for source in self.sources.values():
+            state = known.get(source.name)
+            at = now
+            if state is not None and state.configured_url == source.url and not state.gone:
+                last = state.last_attempt_at
+                at = max(at, (last or 0.0) + self.poller.interval(source), state.next_allowed_at)
+                at = min(at, now + self.poller.interval(source))  # a clock moved back
+            elif state is not None and state.gone and state.configured_url == source.url:
+                continue  # 410: not polled until its URL changes
+            self.queue.schedule(source.name, host_of(source.url), at)
+        self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
+        self._aps.add_job(
+            self._dispatch,
+            "interval",
+            seconds=60.0,  # a safety net: the job is moved to each next start
+            id=JOB,
+            name="start due polls",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            next_run_time=datetime.now(UTC),
+        )
+        self._aps.start()
+
+    async def _stop(self) -> None:
+        if self._aps is not None and self._aps.running:
+            self._aps.shutdown(wait=False)
+        await self._cancel_polls()
+        await self._close_parts()
+
+    async def _cancel_polls(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _close_parts(self) -> None:
+        await self.committer.close()
+        await self.fetcher.aclose()
+        self.parser.shutdown()
+
+    # -- polling -------------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        """The APScheduler job: start what may start, then move the job to the next time."""
+        self._armed = None
+        self._start_due()
+        self._arm()
+
+    def _start_due(self, once: bool = False) -> None:
+        for name, due in self.queue.take(self.clock()):
+            self._spawn(self._poll(name, due, once))
+
+    def _spawn(self, poll: Coroutine[Any, Any, PollResult]) -> None:
+        task = asyncio.get_running_loop().create_task(poll)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _arm(self) -> None:
+        """Move the dispatch job to when :meth:`PollQueue.take` may give a poll again."""
+        wake = self.queue.next_wakeup()
+        if wake is None or self._aps is None or not self._aps.running:
+            return
+        if self._armed is not None and self._armed <= wake:
+            return
+        self._armed = wake
+        delay = max(0.0, wake - self.clock())  # the injected clock's time, in real time
+        self._aps.modify_job(JOB, next_run_time=datetime.now(UTC) + timedelta(seconds=delay))
+
+    async def _poll(
+        self, name: str, due: float, once: bool = False, force: bool = False
+    ) -> PollResult:
+        source = self.sources[name]
+        started = self.clock()
+        try:
+            result = await self.poller.poll(source, force)
+        finally:
+            self.queue.done(name)
+            if not once:
+                self._start_due()  # the slot it held goes to the next due source
+        result = replace(result, lag_seconds=max(0.0, started - due))
+        self._record(result)
+        if not once and result.status != "gone":
+            self.queue.schedule(name, host_of(source.url), self._next_due(source, result))
+            self._arm()
+        return result
+
+    def _next_due(self, source: FeedSource, result: PollResult) -> float:
+        return max(self.clock() + self.poller.interval(source), result.next_allowed_at)
+
+    def _record(self, result: PollResult) -> None:
+        self.last_results[result.source] = (self.clock(), result)
         if result.status == "ok":
-            log.info("source %s: %s", source.name, result.message)
+            log.info("source %s: %s", result.source, result.message)
         elif result.status == "not_modified":
-            log.debug("source %s: not modified", source.name)
+            log.debug("source %s: not modified", result.source)
         if self.on_result is not None:
             try:
                 self.on_result(result)
             except Exception:
-                log.exception("source %s: the result hook failed", source.name)
-        return result
+                log.exception("source %s: the result hook failed", result.source)
 
-    def _choose_lane(self, name: str, result: PollResult) -> None:
-        """Move a source to the slow lane after a slow fetch, back after a fast one."""
-        scheduler = self._scheduler
-        if scheduler is None or result.fetch_seconds is None:
-            return  # no jobs to move (poll_all_once), or nothing fetched: nothing learnt
-        slow_after = self.poller.settings.timeout_seconds * SLOW_FRACTION
-        slow = result.timed_out or result.fetch_seconds > slow_after
-        with self._results_lock:
-            if slow == (name in self.slow_sources):
-                return
-            (self.slow_sources.add if slow else self.slow_sources.discard)(name)
-        lane = SLOW_LANE if slow else "default"
+    async def _once(self, force: bool) -> list[PollResult]:
+        """Every source polled once, through the same queue and limits as the daemon's."""
+        await self._open()
         try:
-            scheduler.modify_job(f"feed:{name}", executor=lane)
-        except JobLookupError:
-            return  # shutting down
-        log.info(
-            "source %s: fetch took %.1f s; polled in the %s lane from now on",
-            name,
-            result.fetch_seconds,
-            "slow" if slow else "main",
-        )
+            now = self.clock()
+            for source in self.sources.values():
+                self.queue.schedule(source.name, host_of(source.url), now)
+            results: dict[str, PollResult] = {}
+            while len(results) < len(self.sources):
+                for name, due in self.queue.take(self.clock()):
+                    task = asyncio.get_running_loop().create_task(
+                        self._poll(name, due, True, force)
+                    )
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                wake = self.queue.next_wakeup()
+                timeout = None if wake is None else max(0.0, wake - self.clock())
+                if not self._tasks:
+                    await asyncio.sleep(timeout or 0.0)
+                    continue
+                running = set(self._tasks)
+                finished, _ = await asyncio.wait(
+                    running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in finished:
+                    results[task.result().source] = task.result()
+            return [results[name] for name in self.sources]
+        finally:
+            await self._cancel_polls()
+            await self._close_parts()

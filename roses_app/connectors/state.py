@@ -10,7 +10,7 @@ When the URL configured for a source changes, its state starts over (new URL,
 no validators, no backoff, not gone); the counters are kept.
 
 The store is safe to use from several threads (one connection, one lock); each
-:meth:`StateStore.put` is one committed transaction.
+:meth:`StateStore.put` and :meth:`StateStore.put_many` is one committed transaction.
 """
 
 from __future__ import annotations
@@ -115,16 +115,29 @@ class StateStore(SqliteStore):
         return [_from_row(row) for row in rows]
 
     def put(self, state: SourceState) -> None:
-        values = asdict(state)
-        for key in _BOOLS:
-            values[key] = int(values[key])
+        self.put_many([state])
+
+    def put_many(self, states: list[SourceState]) -> None:
+        """Record several sources' states in one transaction (one fsync)."""
         placeholders = ", ".join("?" for _ in _COLUMNS)
+        rows = []
+        for state in states:
+            values = asdict(state)
+            for key in _BOOLS:
+                values[key] = int(values[key])
+            rows.append([values[c] for c in _COLUMNS])
         with self._lock:
-            self._db.execute(
-                f"INSERT OR REPLACE INTO feed_state ({', '.join(_COLUMNS)}) "
-                f"VALUES ({placeholders})",
-                [values[c] for c in _COLUMNS],
-            )
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    f"INSERT OR REPLACE INTO feed_state ({', '.join(_COLUMNS)}) "
+                    f"VALUES ({placeholders})",
+                    rows,
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def reset(self, name: str) -> None:
         """Forget backoff, validators and the gone flag of ``name`` (counters stay)."""

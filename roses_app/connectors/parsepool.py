@@ -1,0 +1,81 @@
+"""Parsing fetched documents in worker processes, off the fetch loop.
+
+feedparser and the xml-ization of entries are CPU work in Python: a megabyte of feed
+takes tens of milliseconds.  Done on the fetch loop, that time would hold every other
+fetch (and the GIL the daemon's server and Spark's driver share).  :class:`ParsePool`
+runs :func:`~roses_app.connectors.poller.parse_document` in ``workers`` processes
+started by a fork server that has already imported the parser (a new worker costs a
+fork, not an interpreter start).  A worker that dies (a crash in a C library on a
+hostile document) fails only the polls it held: the pool is made anew for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from roses_app.connectors.poller import Parsed, parse_document
+from roses_app.errors import FeedParseError
+
+log = logging.getLogger(__name__)
+
+PRELOAD = ["roses_app.connectors.poller"]  # feedparser, lxml and the xml-ization
+
+
+def _init_worker() -> None:
+    # Ctrl-C reaches the whole process group: the daemon stops its workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+class ParsePool:
+    """A process pool for :func:`parse_document`, used from one event loop."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(PRELOAD)
+        self._pool = self._new_pool()
+        self.restarts = 0
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.workers, mp_context=self._context, initializer=_init_worker)
+
+    async def parse(
+        self, body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
+    ) -> Parsed:
+        pool = self._pool
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                pool, parse_document, body, url, dict(headers), categories
+            )
+        except BrokenProcessPool as exc:
+            if pool is self._pool:
+                self.restarts += 1
+                log.error("parse worker died on %s; starting the parse workers again", url)
+                self._pool = self._new_pool()
+                _terminate(pool)
+            raise FeedParseError(
+                f"{url}: the parse worker died on this document ({exc}); it is fetched "
+                "again at the next poll"
+            ) from exc
+
+    def shutdown(self) -> None:
+        """Stop at once: queued parses are cancelled, workers terminated."""
+        _terminate(self._pool)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(5.0)

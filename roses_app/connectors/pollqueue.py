@@ -1,0 +1,170 @@
+"""Which polls may start now: due times, fetches in flight, politeness per host.
+
+A pure data structure (no clock, no I/O: the caller passes ``now``), so its rules are
+tested with made-up times.  The rules:
+
+* a source is *due* at its time; due sources start in due order (the most overdue
+  first), never dropped: one that waits is started late, and the caller counts the
+  lag;
+* at most ``concurrency`` polls are in flight at once, all hosts together;
+* at most ``per_host`` of them to one host (``host:port``), and two starts on one
+  host are at least ``spacing`` seconds apart: a thousand feeds of one blog platform
+  are fetched a few at a time, not all at once;
+* a source that waits for its host does not hold a slot of the others: due sources
+  of a busy host wait in their host's line, and sources of other hosts go first.
+
+:meth:`PollQueue.take` gives what may start now; :meth:`PollQueue.done` frees a
+source's slot; :meth:`PollQueue.next_wakeup` says when ``take`` may give something
+again without a ``done`` (a due time, or a host's spacing ending).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+
+def host_of(url: str) -> str:
+    """The politeness key of a URL: ``host:port`` (``file:`` URLs share one key)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return parts.scheme.lower() or "?"
+    try:
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        port = 0
+    return f"{(parts.hostname or '').lower()}:{port}"
+
+
+@dataclass(order=True)
+class _Entry:
+    at: float
+    n: int
+    name: str = field(compare=False)
+
+
+class PollQueue:
+    """Due times and slots of many sources (see the module docstring)."""
+
+    def __init__(self, concurrency: int, per_host: int, spacing: float) -> None:
+        self.concurrency = max(1, concurrency)
+        self.per_host = max(1, per_host)
+        self.spacing = max(0.0, spacing)
+        self.in_flight = 0
+        self._heap: list[_Entry] = []
+        self._due: dict[str, float] = {}  # scheduled sources (heap entries may be stale)
+        self._host: dict[str, str] = {}
+        self._lines: dict[str, deque[tuple[float, str]]] = {}  # host -> due, waiting
+        self._busy: Counter[str] = Counter()  # host -> polls in flight
+        self._next_start: dict[str, float] = {}  # host -> earliest next start
+        self._running: set[str] = set()
+        self._counter = itertools.count()
+
+    def __len__(self) -> int:
+        """Sources scheduled or waiting for their host (not those in flight)."""
+        return len(self._due)
+
+    def schedule(self, name: str, host: str, at: float) -> None:
+        """Due at ``at`` (a new time replaces the old one; ignored while in flight)."""
+        if name in self._running:
+            raise ValueError(f"{name} is in flight: schedule it after done()")
+        if self._due.get(name) == at:
+            return
+        self._due[name] = at
+        self._host[name] = host
+        heapq.heappush(self._heap, _Entry(at, next(self._counter), name))
+
+    def unschedule(self, name: str) -> None:
+        self._due.pop(name, None)  # its heap entry or line place is skipped when met
+
+    def due_at(self, name: str) -> float | None:
+        return self._due.get(name)
+
+    def take(self, now: float) -> list[tuple[str, float]]:
+        """The sources that start now, with their due times; each is now in flight."""
+        self._move_due(now)
+        started: list[tuple[str, float]] = []
+        while self.in_flight < self.concurrency:
+            hosts = self._open_hosts(now)
+            if not hosts:
+                break
+            for _, host in hosts:
+                if self.in_flight >= self.concurrency:
+                    break
+                entry = self._next_in_line(host)
+                if entry is None:
+                    continue
+                at, name = entry
+                started.append((name, at))
+                self._start(name, host, now)
+        return started
+
+    def done(self, name: str) -> None:
+        """``name``'s poll ended; schedule it again with :meth:`schedule`."""
+        if name not in self._running:
+            return
+        self._running.discard(name)
+        self.in_flight -= 1
+        host = self._host[name]
+        self._busy[host] -= 1
+        if self._busy[host] <= 0:
+            del self._busy[host]
+
+    def next_wakeup(self) -> float | None:
+        """When :meth:`take` may start something next without a :meth:`done`."""
+        times = []
+        while self._heap and self._due.get(self._heap[0].name) != self._heap[0].at:
+            heapq.heappop(self._heap)  # stale: rescheduled or unscheduled
+        if self._heap:
+            times.append(self._heap[0].at)
+        if self.in_flight < self.concurrency:
+            times.extend(
+                self._next_start.get(host, 0.0)
+                for host, line in self._lines.items()
+                if line and self._busy[host] < self.per_host
+            )
+        return min(times) if times else None
+
+    # -- the steps ---------------------------------------------------------------------
+
+    def _move_due(self, now: float) -> None:
+        """Due sources leave the heap for their host's line, in due order."""
+        heap = self._heap
+        while heap and heap[0].at <= now:
+            entry = heapq.heappop(heap)
+            if self._due.get(entry.name) != entry.at:
+                continue  # stale
+            host = self._host[entry.name]
+            self._lines.setdefault(host, deque()).append((entry.at, entry.name))
+
+    def _open_hosts(self, now: float) -> list[tuple[float, str]]:
+        """Hosts that may start a poll now, the one with the most overdue source first."""
+        hosts = []
+        for host, line in list(self._lines.items()):
+            while line and self._due.get(line[0][1]) != line[0][0]:
+                line.popleft()  # unscheduled or rescheduled meanwhile
+            if not line:
+                del self._lines[host]
+                continue
+            if self._busy[host] < self.per_host and self._next_start.get(host, 0.0) <= now:
+                hosts.append((line[0][0], host))
+        hosts.sort()
+        return hosts
+
+    def _next_in_line(self, host: str) -> tuple[float, str] | None:
+        line = self._lines.get(host)
+        while line:
+            at, name = line.popleft()
+            if self._due.get(name) == at:
+                return at, name
+        return None
+
+    def _start(self, name: str, host: str, now: float) -> None:
+        del self._due[name]
+        self._running.add(name)
+        self.in_flight += 1
+        self._busy[host] += 1
+        self._next_start[host] = now + self.spacing

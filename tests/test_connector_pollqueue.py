@@ -1,0 +1,136 @@
+"""PollQueue: due order, slots in flight, politeness per host, driven with made-up times."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roses_app.connectors.pollqueue import PollQueue, host_of
+
+
+def test_host_of():
+    assert host_of("http://Example.org/feed") == "example.org:80"
+    assert host_of("https://example.org/feed") == "example.org:443"
+    assert host_of("http://example.org:8080/a") == "example.org:8080"
+    assert host_of("file:feeds/a.xml") == "file"
+
+
+def test_due_sources_start_in_due_order_and_not_before():
+    q = PollQueue(concurrency=10, per_host=10, spacing=0.0)
+    q.schedule("late", "a", 5.0)
+    q.schedule("early", "b", 1.0)
+    q.schedule("middle", "c", 3.0)
+    assert q.take(0.5) == []
+    assert q.next_wakeup() == 1.0
+    assert q.take(4.0) == [("early", 1.0), ("middle", 3.0)]
+    assert q.next_wakeup() == 5.0
+    assert q.take(10.0) == [("late", 5.0)]
+    assert q.in_flight == 3 and len(q) == 0
+
+
+def test_concurrency_bounds_polls_in_flight_and_a_done_frees_a_slot():
+    q = PollQueue(concurrency=2, per_host=10, spacing=0.0)
+    for n in range(5):
+        q.schedule(f"s{n}", f"h{n}", float(n))
+    assert [name for name, _ in q.take(10.0)] == ["s0", "s1"]
+    assert q.take(10.0) == []  # full: nothing dropped, they wait
+    q.done("s1")
+    assert q.take(10.0) == [("s2", 2.0)]  # the most overdue next: its lag is 8 s
+    q.done("s0")
+    q.done("s2")
+    assert [name for name, _ in q.take(10.0)] == ["s3", "s4"]
+
+
+def test_per_host_bound_and_spacing():
+    q = PollQueue(concurrency=100, per_host=2, spacing=1.0)
+    for n in range(4):
+        q.schedule(f"a{n}", "a:80", 0.0)
+    q.schedule("b0", "b:80", 0.0)
+    first = q.take(0.0)
+    assert sorted(name for name, _ in first) == ["a0", "b0"]  # one start per host now
+    assert q.take(0.5) == []  # spacing
+    assert q.next_wakeup() == 1.0
+    assert q.take(1.0) == [("a1", 0.0)]
+    assert q.take(2.0) == []  # two in flight on a:80
+    q.done("a0")
+    assert q.take(2.0) == [("a2", 0.0)]
+
+
+def test_a_busy_host_does_not_hold_the_others():
+    q = PollQueue(concurrency=3, per_host=1, spacing=0.0)
+    for n in range(50):
+        q.schedule(f"big{n}", "big", 0.0)
+    q.schedule("small", "small", 5.0)
+    assert q.take(0.0) == [("big0", 0.0)]
+    # 49 sources wait for their host; the other host's source starts on time
+    assert q.take(5.0) == [("small", 5.0)]
+    assert q.in_flight == 2
+
+
+def test_rescheduling_and_unscheduling():
+    q = PollQueue(concurrency=10, per_host=10, spacing=0.0)
+    q.schedule("a", "h", 1.0)
+    q.schedule("a", "h", 7.0)  # moved: the old time is forgotten
+    q.schedule("b", "h", 2.0)
+    q.unschedule("b")
+    assert q.take(5.0) == []
+    assert q.due_at("a") == 7.0
+    assert q.take(7.0) == [("a", 7.0)]
+    assert q.next_wakeup() is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dues=st.lists(
+        st.tuples(st.integers(0, 4), st.floats(0.0, 20.0, allow_nan=False)),
+        min_size=1,
+        max_size=40,
+    ),
+    concurrency=st.integers(1, 6),
+    per_host=st.integers(1, 3),
+    spacing=st.sampled_from([0.0, 0.5, 2.0]),
+    durations=st.lists(st.floats(0.1, 3.0), min_size=1, max_size=5),
+)
+def test_every_source_starts_once_within_every_bound(
+    dues: list[tuple[int, float]],
+    concurrency: int,
+    per_host: int,
+    spacing: float,
+    durations: list[float],
+):
+    """Simulated time: each poll lasts a while; nothing is dropped or started twice,
+    never before its time, never beyond a bound, and a host's starts are spaced."""
+    q = PollQueue(concurrency, per_host, spacing)
+    host = {}
+    for n, (h, at) in enumerate(dues):
+        q.schedule(f"s{n}", f"h{h}", at)
+        host[f"s{n}"] = f"h{h}"
+    ends: dict[str, float] = {}
+    starts: dict[str, float] = {}
+    now = 0.0
+    for _ in range(10_000):
+        for name, due in q.take(now):
+            assert due <= now and name not in starts
+            starts[name] = now
+            ends[name] = now + durations[len(starts) % len(durations)]
+        running = [n for n in ends if ends[n] > now or n not in ends]
+        assert q.in_flight <= concurrency
+        for h in set(host.values()):
+            assert sum(1 for n in running if host[n] == h and n in q._running) <= per_host
+        finished = [n for n, end in ends.items() if end <= now and n in q._running]
+        if len(starts) == len(dues) and not q._running:
+            break
+        upcoming = [end for n, end in ends.items() if n in q._running]
+        wake = q.next_wakeup()
+        candidates = [*upcoming, *([wake] if wake is not None else [])]
+        for name in finished:
+            q.done(name)
+        if finished:
+            continue
+        now = max(now, min(candidates)) if candidates else now + 1.0
+    assert set(starts) == {f"s{n}" for n in range(len(dues))}
+    for h in set(host.values()):
+        times = sorted(t for n, t in starts.items() if host[n] == h)
+        assert all(b - a >= spacing - 1e-9 for a, b in itertools.pairwise(times))
