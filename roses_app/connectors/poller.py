@@ -45,8 +45,10 @@ from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.categories import add_categories
 from roses_app.connectors.common import SourceLocks, backoff_delay, describe
 from roses_app.connectors.fetch import AsyncFetcher, FetchResult, RetryLaterError
+from roses_app.connectors.freshness import after_document, after_not_modified
 from roses_app.connectors.limits import FetchTimeoutError
 from roses_app.connectors.loopthread import LoopThread
+from roses_app.connectors.refresh_hints import Hints, hints_from
 from roses_app.connectors.state import SourceState, StateStore
 from roses_app.connectors.xmlize import ParsedFeed, parse_feed
 
@@ -67,6 +69,7 @@ class PollResult:
     fetch_seconds: float | None = None  # wall time of the fetch; None: nothing fetched
     timed_out: bool = False  # the fetch hit its deadline (fetch.timeout)
     lag_seconds: float = 0.0  # how long after its due time the poll started
+    state: SourceState | None = None  # as recorded by a successful poll
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class Parsed:
 
     feed: ParsedFeed
     items: Items
+    hints: Hints  # the publisher's wishes about polling (ttl, skipHours, max-age, ...)
 
 
 def parse_document(
@@ -83,7 +87,8 @@ def parse_document(
 ) -> Parsed:
     """Parse and xml-ize a document (picklable both ways: runs in parse workers)."""
     feed = parse_feed(body, url, headers)
-    return Parsed(feed, add_categories(feed.entries, categories))
+    hints = hints_from({}, body, headers, time.time())
+    return Parsed(feed, add_categories(feed.entries, categories), hints)
 
 
 ParseStep = Callable[[bytes, str, Mapping[str, str], tuple[str, ...]], Awaitable[Parsed]]
@@ -190,19 +195,16 @@ class AsyncPoller:
             return PollResult(name, "gone", message=message, fetch_seconds=took)
 
         if result.not_modified:
-            await self.commit(
-                name,
-                [],
-                self._succeeded(
-                    state,
-                    now,
-                    status="not_modified",
-                    etag=result.etag or state.etag,
-                    last_modified=result.last_modified or state.last_modified,
-                    n_not_modified=state.n_not_modified + 1,
-                ),
+            unchanged = self._succeeded(
+                after_not_modified(state, result.headers, now),
+                now,
+                status="not_modified",
+                etag=result.etag or state.etag,
+                last_modified=result.last_modified or state.last_modified,
+                n_not_modified=state.n_not_modified + 1,
             )
-            return PollResult(name, "not_modified", fetch_seconds=took)
+            await self.commit(name, [], unchanged)
+            return PollResult(name, "not_modified", fetch_seconds=took, state=unchanged)
 
         try:
             done = await self.parse(result.body, result.url, result.headers, source.categories)
@@ -216,7 +218,7 @@ class AsyncPoller:
             log.warning("source %s: %d invalid fields dropped from its items", name, parsed.dropped)
 
         succeeded = self._succeeded(
-            state,
+            after_document(state, items, done.hints, now),
             now,
             status="ok",
             etag=result.etag,
@@ -233,7 +235,7 @@ class AsyncPoller:
         message = f"{len(items)} items"
         if parsed.bozo:
             message += f" (feed is not well-formed, recovered: {parsed.bozo_message})"
-        return PollResult(name, "ok", n_items=len(items), message=message, fetch_seconds=took)
+        return PollResult(name, "ok", len(items), message, fetch_seconds=took, state=succeeded)
 
     def _succeeded(
         self,

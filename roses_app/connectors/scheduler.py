@@ -41,17 +41,20 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from roses_app.config.model import FeedSource, FetchSettings, SourceConfig
 from roses_app.connectors.committer import Committer, SinkMany
 from roses_app.connectors.fetch import AsyncFetcher
+from roses_app.connectors.freshness import next_interval, rate_of
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.connectors.parsepool import ParsePool
 from roses_app.connectors.poller import AsyncPoller, PollResult
 from roses_app.connectors.pollqueue import PollQueue, host_of
-from roses_app.connectors.state import StateStore
+from roses_app.connectors.refresh import Interval, Rate, budgeted, per_second
+from roses_app.connectors.state import SourceState, StateStore
 
 log = logging.getLogger(__name__)
 
 ResultHook = Callable[[PollResult], None]
 JOB = "dispatch"
 STOP_SECONDS = 10.0  # a stop waits this long for the loop's tasks to end
+BUDGET_EVERY = 60.0  # seconds between two share-outs of settings.fetch.budget
 
 
 class FeedScheduler:
@@ -77,6 +80,9 @@ class FeedScheduler:
         self.base_dir = base_dir
         self.on_result = on_result
         self.last_results: dict[str, tuple[float, PollResult]] = {}
+        self.intervals: dict[str, Interval] = {}  # each source's current interval, and why
+        self.budget: dict[str, float] | None = None  # intervals sharing fetch.budget
+        self._rates: dict[str, float] = {}  # adaptive sources' rates, for the budget
         self.queue = PollQueue(
             settings.concurrency, settings.per_host, settings.host_spacing_seconds
         )
@@ -139,16 +145,23 @@ class FeedScheduler:
         await self._open()
         now = self.clock()
         known = {state.name: state for state in self.states.all()}
+        polled: dict[str, SourceState | None] = {}
         for source in self.sources.values():
             state = known.get(source.name)
+            if state is not None and state.configured_url != source.url:
+                state = None  # its URL changed: it starts over
+            if state is None or not state.gone:  # 410: not polled until its URL changes
+                polled[source.name] = state
+                self._learn(source, state)
+        self._share_budget()
+        for name, state in polled.items():
+            source = self.sources[name]
+            interval = self._interval(source, state, now).seconds
             at = now
-            if state is not None and state.configured_url == source.url and not state.gone:
-                last = state.last_attempt_at
-                at = max(at, (last or 0.0) + self.poller.interval(source), state.next_allowed_at)
-                at = min(at, now + self.poller.interval(source))  # a clock moved back
-            elif state is not None and state.gone and state.configured_url == source.url:
-                continue  # 410: not polled until its URL changes
-            self.queue.schedule(source.name, host_of(source.url), at)
+            if state is not None:
+                at = max(now, (state.last_attempt_at or 0.0) + interval, state.next_allowed_at)
+                at = min(at, now + interval)  # a clock moved back
+            self.queue.schedule(name, host_of(source.url), at)
         self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         self._aps.add_job(
             self._dispatch,
@@ -161,6 +174,10 @@ class FeedScheduler:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
+        if self.settings.budget_per_hour is not None:
+            self._aps.add_job(
+                self._share_budget_soon, "interval", seconds=BUDGET_EVERY, id="budget"
+            )
         self._aps.start()
 
     async def _stop(self) -> None:
@@ -226,7 +243,49 @@ class FeedScheduler:
         return result
 
     def _next_due(self, source: FeedSource, result: PollResult) -> float:
-        return max(self.clock() + self.poller.interval(source), result.next_allowed_at)
+        now = self.clock()
+        if result.state is not None:  # a success: what it taught decides
+            self._learn(source, result.state)
+            interval = self._interval(source, result.state, now).seconds
+        else:
+            known = self.intervals.get(source.name)
+            interval = known.seconds if known is not None else self.poller.interval(source)
+        return max(now + interval, result.next_allowed_at)
+
+    def _interval(self, source: FeedSource, state: SourceState | None, now: float) -> Interval:
+        chosen = next_interval(source, state, self.settings, now, self.budget)
+        self.intervals[source.name] = chosen
+        return chosen
+
+    def _learn(self, source: FeedSource, state: SourceState | None) -> None:
+        """Keep an adaptive source's rate for the budget's next share-out."""
+        if self.settings.budget_per_hour is None or source.fixed:
+            return
+        if self.budget is None:
+            self.budget = {}
+        rate = rate_of(state) if state is not None else Rate()
+        self._rates[source.name] = per_second(rate, self.poller.interval(source))
+
+    async def _share_budget_soon(self) -> None:
+        await asyncio.to_thread(self._share_budget)
+
+    def _share_budget(self) -> None:
+        """Share ``fetch.budget`` polls per hour among the adaptive sources by rate
+        (what is already scheduled keeps its time; each next poll uses the new share)."""
+        if self.settings.budget_per_hour is None or not self._rates:
+            return
+        names = list(self._rates)
+        shares = budgeted(
+            [self._rates[n] for n in names],
+            self.settings.budget_per_hour - self._fixed_polls_per_hour(),
+            min_every=self.settings.min_every_seconds,
+            max_every=self.settings.max_every_seconds,
+        )
+        self.budget = dict(zip(names, shares, strict=True))
+
+    def _fixed_polls_per_hour(self) -> float:
+        """What the sources with ``every:`` spend of the budget."""
+        return sum(3600.0 / self.poller.interval(s) for s in self.sources.values() if s.fixed)
 
     def _record(self, result: PollResult) -> None:
         self.last_results[result.source] = (self.clock(), result)

@@ -42,6 +42,16 @@ CREATE TABLE IF NOT EXISTS feed_state (
     n_items         INTEGER NOT NULL DEFAULT 0
 )
 """
+# Columns added since the table was first made: (name, declaration), added to an
+# older file when it is opened.
+_ADDED = (
+    ("rate_items", "REAL NOT NULL DEFAULT 0"),
+    ("rate_seconds", "REAL NOT NULL DEFAULT 0"),
+    ("rate_saturated", "INTEGER NOT NULL DEFAULT 0"),
+    ("document_items", "INTEGER NOT NULL DEFAULT 0"),
+    ("doc_keys", "TEXT NOT NULL DEFAULT ''"),
+    ("hints", "TEXT NOT NULL DEFAULT ''"),
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,14 @@ class SourceState:
     n_not_modified: int = 0
     n_errors: int = 0
     n_items: int = 0
+    # the feed's rhythm (roses_app.connectors.freshness): its decayed rate estimate,
+    # its last document's size and items' short hashes, the publisher's hints (JSON)
+    rate_items: float = 0.0
+    rate_seconds: float = 0.0
+    rate_saturated: bool = False
+    document_items: int = 0
+    doc_keys: str = ""
+    hints: str = ""
 
     def restarted(self, configured_url: str) -> SourceState:
         """The state of a source whose configured URL changed: counters only."""
@@ -82,7 +100,7 @@ class SourceState:
 
 
 _COLUMNS = [f.name for f in fields(SourceState)]
-_BOOLS = {"strict_retry", "gone"}
+_BOOLS = {"strict_retry", "gone", "rate_saturated"}
 
 
 class StateStore(SqliteStore):
@@ -90,6 +108,11 @@ class StateStore(SqliteStore):
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path, _SCHEMA)
+        with self._lock:
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(feed_state)")}
+            for name, declaration in _ADDED:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE feed_state ADD COLUMN {name} {declaration}")
 
     def load(self, name: str, configured_url: str) -> SourceState:
         """The state of ``name``; fresh when unknown or when its configured URL changed."""

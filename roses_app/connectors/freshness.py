@@ -1,0 +1,130 @@
+"""What a poll teaches about a feed's rhythm, kept in its state, and its next interval.
+
+The glue between a poll (:mod:`roses_app.connectors.poller`) and the pure rules of
+:mod:`roses_app.connectors.refresh`:
+
+* after a document: how many of its items were not in the previous document (their
+  short hashes are kept in the state, so a restart keeps counting right), the rate
+  estimate updated with that count (not after a feed's first poll: its document is a
+  backlog, not a rate), and the publisher's hints (``<ttl>``, ``sy:updatePeriod``,
+  ``skipHours``/``skipDays``, HTTP max-age);
+* after a 304: no new item, for the time since the last success; HTTP max-age from
+  the answer, the document's hints kept;
+* the next interval: ``every:`` when the source fixes it, else the adaptive rule, or a
+  global budget's share when ``settings.fetch.budget`` is set, moved out of the
+  publisher's skipped hours and days.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+
+from roses_app.config.model import FeedSource, FetchSettings
+from roses_app.connectors.refresh import Hints, Interval, Rate, choose, defer, observe
+from roses_app.connectors.state import SourceState
+
+Items = list[tuple[str, int | None]]
+KEY_BYTES = 6  # of an item's hash: 48 bits, collisions negligible within one feed
+
+
+def item_keys(items: Items) -> list[str]:
+    """Short, stable hashes of a document's items (by their whole XML)."""
+    return [hashlib.blake2b(xml.encode(), digest_size=KEY_BYTES).hexdigest() for xml, _ in items]
+
+
+def after_document(state: SourceState, items: Items, hints: Hints, now: float) -> SourceState:
+    """``state`` (before this poll) updated with a fetched document's lesson."""
+    keys = item_keys(items)
+    rate = rate_of(state)
+    if state.doc_keys and state.last_success_at is not None:
+        seen = set(state.doc_keys.split())
+        new = sum(1 for key in keys if key not in seen)
+        rate = observe(rate, now - state.last_success_at, new, len(keys))
+    return _with(state, rate, hints, len(keys), " ".join(keys))
+
+
+def after_not_modified(state: SourceState, headers: Mapping[str, str], now: float) -> SourceState:
+    """``state`` updated after a 304: nothing new since the last success."""
+    from roses_app.connectors.refresh_hints import http_max_age
+
+    rate = rate_of(state)
+    if state.last_success_at is not None and state.doc_keys:
+        rate = observe(rate, now - state.last_success_at, 0, state.document_items)
+    hints = replace(hints_of(state), max_age=http_max_age(headers, now))
+    return _with(state, rate, hints, state.document_items, state.doc_keys)
+
+
+def _with(state: SourceState, rate: Rate, hints: Hints, n: int, keys: str) -> SourceState:
+    return replace(
+        state,
+        rate_items=rate.items,
+        rate_seconds=rate.seconds,
+        rate_saturated=rate.saturated,
+        document_items=n,
+        doc_keys=keys,
+        hints=dump_hints(hints),
+    )
+
+
+def rate_of(state: SourceState) -> Rate:
+    return Rate(state.rate_items, state.rate_seconds, state.rate_saturated)
+
+
+def dump_hints(hints: Hints) -> str:
+    if hints == Hints():
+        return ""
+    values = asdict(hints)
+    values["skip_hours"] = sorted(hints.skip_hours)
+    values["skip_days"] = sorted(hints.skip_days)
+    return json.dumps({k: v for k, v in values.items() if v not in (None, [])})
+
+
+def hints_of(state: SourceState) -> Hints:
+    """The hints kept in ``state`` (none when absent or unreadable)."""
+    if not state.hints:
+        return Hints()
+    try:
+        values = json.loads(state.hints)
+        return Hints(
+            ttl=_seconds(values.get("ttl")),
+            max_age=_seconds(values.get("max_age")),
+            update_period=_seconds(values.get("update_period")),
+            skip_hours=frozenset(int(h) for h in values.get("skip_hours", []) if 0 <= int(h) < 24),
+            skip_days=frozenset(int(d) for d in values.get("skip_days", []) if 0 <= int(d) < 7),
+        )
+    except (ValueError, TypeError, AttributeError):
+        return Hints()
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def next_interval(
+    source: FeedSource,
+    state: SourceState | None,
+    settings: FetchSettings,
+    now: float,
+    budget: Mapping[str, float] | None = None,
+) -> Interval:
+    """How long until ``source``'s next poll, and why."""
+    if source.fixed:
+        every = source.every_seconds if source.every_seconds > 0 else settings.default_every_seconds
+        return Interval(every, "every: in feeds.yaml")
+    state = state or SourceState(source.name, source.url, source.url)
+    hints = hints_of(state)
+    if budget is not None and source.name in budget:
+        chosen = Interval(budget[source.name], "share of settings.fetch.budget for its rate")
+    else:
+        chosen = choose(
+            rate_of(state),
+            hints,
+            default_every=source.every_seconds or settings.default_every_seconds,
+            min_every=settings.min_every_seconds,
+            max_every=settings.max_every_seconds,
+            document_items=state.document_items,
+        )
+    return defer(now, chosen, hints)

@@ -1,0 +1,168 @@
+"""Adaptive refresh wired in: what polls teach (kept in the state) and the intervals the
+scheduler then keeps, against a real HTTP server."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from test_connector_support import FeedServer, Reply, Request, rss
+
+from roses_app.config.model import FeedSource, FetchSettings
+from roses_app.connectors.freshness import (
+    after_document,
+    after_not_modified,
+    hints_of,
+    next_interval,
+    rate_of,
+)
+from roses_app.connectors.poller import Items
+from roses_app.connectors.refresh import Hints
+from roses_app.connectors.scheduler import FeedScheduler
+from roses_app.connectors.state import SourceState, StateStore
+
+T0 = 1_700_000_000.0
+
+
+def items(*guids: str) -> Items:
+    return [(f"<item><guid>{g}</guid></item>", None) for g in guids]
+
+
+def fresh() -> SourceState:
+    return SourceState("s", "http://h/f", "http://h/f")
+
+
+def test_a_first_document_is_a_backlog_then_new_items_are_counted():
+    first = after_document(fresh(), items("a", "b", "c"), Hints(), T0)
+    assert rate_of(first).items == 0 and first.document_items == 3
+    succeeded = SourceState(**{**first.__dict__, "last_success_at": T0})
+    second = after_document(succeeded, items("d", "e", "a"), Hints(), T0 + 600)
+    rate = rate_of(second)
+    assert rate.items == 2 and rate.seconds == 600 and not rate.saturated
+    third = after_not_modified(
+        SourceState(**{**second.__dict__, "last_success_at": T0 + 600}),
+        {"cache-control": "max-age=900"},
+        T0 + 1200,
+    )
+    assert rate_of(third).seconds > rate_of(second).seconds  # time without news counts
+    assert hints_of(third).max_age == 900
+
+
+def test_hints_survive_in_the_state():
+    hints = Hints(ttl=3600.0, skip_hours=frozenset({1, 2}), skip_days=frozenset({6}))
+    state = after_document(fresh(), items("a"), hints, T0)
+    assert hints_of(state) == hints
+    assert hints_of(SourceState("s", "u", "u", hints="{not json")) == Hints()
+
+
+def test_next_interval_fixed_adaptive_and_budget():
+    settings = FetchSettings(min_every_seconds=60.0, max_every_seconds=3600.0)
+    fixed = FeedSource("s", "http://h/f", 300.0)
+    assert next_interval(fixed, None, settings, T0).seconds == 300.0
+    adaptive = FeedSource("s", "http://h/f", 900.0, fixed=False)
+    assert next_interval(adaptive, None, settings, T0).seconds == 900.0  # the prior
+    busy = SourceState("s", "u", "u", rate_items=200.0, rate_seconds=3600.0, document_items=20)
+    chosen = next_interval(adaptive, busy, settings, T0)
+    assert 60.0 <= chosen.seconds < 900.0 and "items/h" in chosen.reason
+    shared = next_interval(adaptive, busy, settings, T0, {"s": 1234.0})
+    assert shared.seconds == 1234.0 and "budget" in shared.reason
+
+
+def test_an_older_state_file_gains_the_new_columns(tmp_path: Path):
+    path = tmp_path / "sources.sqlite"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE feed_state (name TEXT PRIMARY KEY, configured_url TEXT NOT NULL, "
+        "url TEXT NOT NULL, etag TEXT, last_modified TEXT, failures INTEGER NOT NULL "
+        "DEFAULT 0, next_allowed_at REAL NOT NULL DEFAULT 0, strict_retry INTEGER NOT NULL "
+        "DEFAULT 0, gone INTEGER NOT NULL DEFAULT 0, last_status TEXT NOT NULL DEFAULT '', "
+        "last_error TEXT NOT NULL DEFAULT '', last_attempt_at REAL, last_success_at REAL, "
+        "n_polls INTEGER NOT NULL DEFAULT 0, n_ok INTEGER NOT NULL DEFAULT 0, n_not_modified "
+        "INTEGER NOT NULL DEFAULT 0, n_errors INTEGER NOT NULL DEFAULT 0, n_items INTEGER NOT "
+        "NULL DEFAULT 0)"
+    )
+    db.execute("INSERT INTO feed_state (name, configured_url, url, etag) VALUES ('a','u','u','x')")
+    db.commit()
+    db.close()
+    with StateStore(path) as store:
+        state = store.get("a")
+        assert state is not None and state.etag == "x" and state.doc_keys == ""
+        store.put(after_document(state, items("a"), Hints(ttl=60.0), T0))
+        again = store.get("a")
+        assert again is not None and again.document_items == 1
+        assert hints_of(again).ttl == 60.0
+
+
+def _noop(polls: Sequence[tuple[str, Items]]) -> None:
+    return None
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_a_busy_feed_is_polled_more_often_and_a_quiet_one_less(
+    feed_server: FeedServer, tmp_path: Path
+):
+    """Each poll of /busy finds a whole new document; /quiet never changes: their
+    intervals part from the same start, within min_every and max_every."""
+    counter = iter(range(1_000_000))
+
+    def busy(_: Request) -> Reply:
+        n = next(counter)
+        return Reply(200, rss(*((f"b{n}-{k}", "x") for k in range(5))))
+
+    feed_server.routes["/busy"] = busy
+    feed_server.routes["/quiet"] = Reply(200, rss(("q", "x")), {"ETag": '"q"'})
+    settings = FetchSettings(
+        timeout_seconds=3.0,
+        default_every_seconds=0.6,
+        min_every_seconds=0.2,
+        max_every_seconds=5.0,
+        host_spacing_seconds=0.0,
+    )
+    sources = [
+        FeedSource("busy", feed_server.url("/busy"), 0.6, fixed=False),
+        FeedSource("quiet", feed_server.url("/quiet"), 0.6, fixed=False),
+    ]
+    with StateStore(tmp_path / "s.sqlite") as store:
+        scheduler = FeedScheduler(store, settings, sources, _noop)
+        scheduler.start()
+        try:
+            wait_for(lambda: len(feed_server.hits("/busy")) >= 8)
+        finally:
+            scheduler.shutdown()
+        busy_every = scheduler.intervals["busy"]
+        quiet_every = scheduler.intervals["quiet"]
+    assert busy_every.seconds < 0.6 < quiet_every.seconds
+    assert "pushed out" in busy_every.reason or "min_every" in busy_every.reason
+    assert len(feed_server.hits("/quiet")) < len(feed_server.hits("/busy"))
+
+
+def test_the_publishers_max_age_is_honoured(feed_server: FeedServer, tmp_path: Path):
+    feed_server.routes["/f"] = Reply(200, rss(("a", "x")), {"Cache-Control": "max-age=3"})
+    settings = FetchSettings(
+        timeout_seconds=3.0,
+        default_every_seconds=0.2,
+        min_every_seconds=0.1,
+        max_every_seconds=60.0,
+    )
+    source = FeedSource("f", feed_server.url("/f"), 0.2, fixed=False)
+    with StateStore(tmp_path / "s.sqlite") as store:
+        scheduler = FeedScheduler(store, settings, [source], _noop)
+        scheduler.start()
+        try:
+            wait_for(lambda: "f" in scheduler.last_results)
+            time.sleep(1.0)
+        finally:
+            scheduler.shutdown()
+    assert len(feed_server.hits("/f")) == 1  # not again within its 3 s
+    chosen = scheduler.intervals["f"]
+    assert chosen.seconds == 3.0 and "max-age" in chosen.reason
