@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,10 @@ from roses_app.algebra.lateness import split_tallies
 from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, StateStore
+from roses_app.connectors.listing import listing, parse_query
 from roses_app.connectors.mail import MailConnectors
 from roses_app.datalock import DataDirLock
+from roses_app.items import MICROS
 from roses_app.metrics import Metrics, Snapshot
 from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
@@ -58,7 +61,7 @@ class Daemon:
         self.errors: Any = None  # Spark accumulator: dropped items per step
         self.http: HttpServer | None = None
         self.hub: Hub | None = None
-        self.metrics = Metrics(self.snapshot)
+        self.metrics = Metrics(self.snapshot, sources=len(config.sources))
         self.beats = heartbeat_plan(self.streams())
         # query -> rows dropped behind the watermark, and the last batch counted
         self._late: dict[str, tuple[int, int]] = {}
@@ -112,7 +115,8 @@ class Daemon:
         ]
         appended = self.spool.append_many(ordered)
         for (source, items), events in zip(ordered, appended, strict=True):
-            self.metrics.on_ingest(source, len(items), len(events))
+            ages = ((e.ts - e.published) / MICROS for e in events if e.published is not None)
+            self.metrics.on_ingest(source, len(items), len(events), ages)
             if events:
                 log.info("source %s: %d new item(s) spooled", source, len(events))
         with self._lock:
@@ -192,6 +196,7 @@ class Daemon:
             hub=self.hub,
             metrics=self.metrics.exposition,
             pull=pull,
+            sources=self.sources_page,
         )
         self.http = HttpServer(app, http.host, http.port)
         self.http.start()
@@ -292,6 +297,34 @@ class Daemon:
                 late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
                 self._late[running.name] = (dropped + late, progress.batchId)
 
+    def _sources_health(self) -> dict[str, Any]:
+        """Each source's last poll, or above the metrics' per-source limit (100,000
+        feeds make megabytes of JSON) the count of each outcome: ``/sources`` pages
+        through them."""
+        results = {**self.scheduler.last_results, **self.mail.last_results}
+        if not self.metrics.per_source:
+            outcomes = Counter(result.status for _, result in results.values())
+            return {
+                "sources": {"see": "/sources", "total": len(self.config.sources)},
+                "source_outcomes": dict(outcomes),
+            }
+        return {
+            "sources": {
+                name: {
+                    "status": result.status,
+                    "items": result.n_items,
+                    "message": result.message,
+                    "at": at,
+                }
+                for name, (at, result) in results.items()
+            }
+        }
+
+    def sources_page(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """``/sources``: a page of the feed sources' health (ValueError: a bad query)."""
+        query = parse_query(params)
+        return listing(self.states, self.scheduler.sources, self.scheduler.live(), query)
+
     def snapshot(self) -> Snapshot:
         """What ``/metrics`` reads at each scrape (see :mod:`roses_app.metrics`)."""
         data = self.config.settings.data_dir
@@ -328,18 +361,7 @@ class Daemon:
             name: {"running": name in active, "published": name in published}
             for name in self.config.streams
         }
-        sources = {
-            name: {
-                "status": result.status,
-                "items": result.n_items,
-                "message": result.message,
-                "at": at,
-            }
-            for name, (at, result) in {
-                **self.scheduler.last_results,
-                **self.mail.last_results,
-            }.items()
-        }
+        sources = self._sources_health()
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
         ok = all(s["running"] for s in streams.values())
         dropped, tallies = self._tallies()
@@ -352,7 +374,7 @@ class Daemon:
             "uptime_seconds": round(self.clock() - self.started_at, 1),
             "queries": queries,
             "streams": streams,
-            "sources": sources,
+            **sources,
             "spool_items": self.spool.count(),
             "feeds": len(Catalog(self.config, self.store).feeds()),
             "dropped_items_per_step": dropped,

@@ -14,7 +14,7 @@ Two kinds, both in one registry per daemon (tests run several daemons in a proce
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -27,6 +27,11 @@ from roses_app.connectors.poller import PollResult
 # fetches take from milliseconds (file:, a 304) to fetch.timeout (30 s by default)
 POLL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+INTERVAL_BUCKETS = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
+FRESHNESS_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
+PER_SOURCE_LIMIT = 1000  # sources with series of their own; above, one series for all
+ALL_SOURCES = "_all"
 
 
 @dataclass
@@ -107,10 +112,25 @@ def _counter(name: str, text: str, label: str, values: dict[str, int]) -> Counte
 
 
 class Metrics:
-    """One daemon's metrics; the stages call the ``on_*`` methods (thread-safe)."""
+    """One daemon's metrics; the stages call the ``on_*`` methods (thread-safe).
 
-    def __init__(self, snapshot: Callable[[], Snapshot] | None = None) -> None:
+    Per-source series (polls, their time, items) are kept per source only up to
+    ``per_source_limit`` sources: above it, as Prometheus advises against unbounded
+    label values, every source counts under ``source="_all"`` (a scrape stays small
+    at 100,000 sources; ``/sources`` has each source's own figures).  Poll lag,
+    intervals and items' freshness are histograms over all sources either way.
+    """
+
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot] | None = None,
+        *,
+        sources: int = 0,
+        per_source_limit: int | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
+        limit = PER_SOURCE_LIMIT if per_source_limit is None else per_source_limit
+        self.per_source = sources <= limit
         r = self.registry
         self.polls = Counter(
             "roses_polls", "Polls of a source, by outcome", ["source", "status"], registry=r
@@ -135,6 +155,24 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self.poll_lag = Histogram(
+            "roses_poll_lag_seconds",
+            "How long after its due time a poll started (polls wait for a free slot)",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.poll_interval = Histogram(
+            "roses_poll_interval_seconds",
+            "The interval chosen after each poll (fixed, adaptive or the budget's share)",
+            buckets=INTERVAL_BUCKETS,
+            registry=r,
+        )
+        self.freshness = Histogram(
+            "roses_item_freshness_seconds",
+            "From an item's publication date to its arrival in the spool",
+            buckets=FRESHNESS_BUCKETS,
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "roses_batch_seconds",
             "Duration of a micro-batch (computing it and writing its output)",
@@ -148,17 +186,30 @@ class Metrics:
         if snapshot is not None:
             r.register(SnapshotCollector(snapshot))
 
-    def on_poll(self, result: PollResult) -> None:
-        self.polls.labels(result.source, result.status).inc()
-        if result.status == "error":
-            self.poll_errors.labels(result.source).inc()
-        if result.fetch_seconds is not None:
-            self.poll_seconds.labels(result.source).observe(result.fetch_seconds)
+    def _label(self, source: str) -> str:
+        return source if self.per_source else ALL_SOURCES
 
-    def on_ingest(self, source: str, polled: int, spooled: int) -> None:
-        self.polled.labels(source).inc(polled)
-        self.spooled.labels(source).inc(spooled)
-        self.deduplicated.labels(source).inc(polled - spooled)
+    def on_poll(self, result: PollResult) -> None:
+        source = self._label(result.source)
+        self.polls.labels(source, result.status).inc()
+        if result.status == "error":
+            self.poll_errors.labels(source).inc()
+        if result.fetch_seconds is not None:
+            self.poll_seconds.labels(source).observe(result.fetch_seconds)
+        if result.status != "skipped_backoff":
+            self.poll_lag.observe(result.lag_seconds)
+        if result.interval_seconds is not None:
+            self.poll_interval.observe(result.interval_seconds)
+
+    def on_ingest(self, source: str, polled: int, spooled: int, ages: Iterable[float] = ()) -> None:
+        """A poll's items reached the spool: ``spooled`` of ``polled`` were new, and
+        ``ages`` are the new ones' seconds since their publication."""
+        label = self._label(source)
+        self.polled.labels(label).inc(polled)
+        self.spooled.labels(label).inc(spooled)
+        self.deduplicated.labels(label).inc(polled - spooled)
+        for age in ages:
+            self.freshness.observe(max(0.0, age))
 
     def on_batch(self, query: str, rows: int, seconds: float) -> None:
         self.batch_seconds.labels(query).observe(seconds)

@@ -70,6 +70,8 @@ class PollResult:
     timed_out: bool = False  # the fetch hit its deadline (fetch.timeout)
     lag_seconds: float = 0.0  # how long after its due time the poll started
     state: SourceState | None = None  # as recorded by a successful poll
+    interval_seconds: float | None = None  # until the next poll (set by the scheduler)
+    interval_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from roses_app.config.model import FeedSource, FetchSettings, SourceConfig
 from roses_app.connectors.committer import Committer, SinkMany
 from roses_app.connectors.fetch import AsyncFetcher
 from roses_app.connectors.freshness import next_interval, rate_of
+from roses_app.connectors.listing import Live
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.connectors.parsepool import ParsePool
 from roses_app.connectors.poller import AsyncPoller, PollResult
@@ -90,6 +91,15 @@ class FeedScheduler:
         self._tasks: set[asyncio.Task[PollResult]] = set()
         self._aps: AsyncIOScheduler | None = None
         self._armed: float | None = None  # when the dispatch job runs next
+
+    def live(self) -> Live:
+        """What this scheduler knows of its sources, for :mod:`listing`."""
+
+        def lag(name: str) -> float | None:
+            last = self.last_results.get(name)
+            return None if last is None else round(last[1].lag_seconds, 3)
+
+        return Live(self.queue.due_at, self.intervals, lag)
 
     @property
     def running(self) -> bool:
@@ -236,10 +246,17 @@ class FeedScheduler:
             if not once:
                 self._start_due()  # the slot it held goes to the next due source
         result = replace(result, lag_seconds=max(0.0, started - due))
-        self._record(result)
         if not once and result.status != "gone":
-            self.queue.schedule(name, host_of(source.url), self._next_due(source, result))
+            at = self._next_due(source, result)
+            chosen = self.intervals.get(name)
+            result = replace(
+                result,
+                interval_seconds=at - self.clock(),
+                interval_reason=chosen.reason if chosen is not None else "",
+            )
+            self.queue.schedule(name, host_of(source.url), at)
             self._arm()
+        self._record(result)
         return result
 
     def _next_due(self, source: FeedSource, result: PollResult) -> float:

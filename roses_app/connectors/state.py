@@ -137,6 +137,11 @@ class StateStore(SqliteStore):
             ).fetchall()
         return [_from_row(row) for row in rows]
 
+    def rows(self, columns: str) -> list[tuple[object, ...]]:
+        """Some columns of every source (a listing reads only what it shows)."""
+        with self._lock:
+            return self._db.execute(f"SELECT {columns} FROM feed_state").fetchall()
+
     def put(self, state: SourceState) -> None:
         self.put_many([state])
 

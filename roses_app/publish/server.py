@@ -9,6 +9,7 @@ Routes::
     /feeds/NAME.html                  its page: the latest items, subscribe links
     /feeds/NAME/VALUE.rss ... .html   one value of a split stream (VALUE percent-quoted)
     /healthz                          JSON from the health callback; 200 if ok, else 503
+    /sources?q=&status=&sort=&page=   each feed source's health, paged JSON (the daemon's)
 
 Documents are rendered once per change in the store and served from a
 :class:`~roses_app.publish.cache.RenderCache` (with their gzipped body); they carry a
@@ -24,7 +25,6 @@ anyone can set.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import socket
 import sys
@@ -35,7 +35,6 @@ from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
-import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -49,6 +48,7 @@ from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
 from roses_app.publish.pull import PullQueries
 from roses_app.publish.render import OPML_MEDIA_TYPE, FeedInfo
+from roses_app.publish.status import healthz_endpoint, metrics_endpoint, sources_endpoint
 from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
 from roses_app.store import Store
 
@@ -56,7 +56,6 @@ log = logging.getLogger(HTTP_LOGGER)
 
 __all__ = ["HttpServer", "create_app", "etag_of"]
 
-HEALTH_THREADS = 2
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
@@ -149,42 +148,6 @@ def _split_feed_path(request: Request) -> tuple[str, str | None, str] | None:
     return unquote(name), (unquote(value) if slash else None), fmt
 
 
-def _healthz(health: Callable[[], Mapping[str, Any]]) -> Callable[[Request], Any]:
-    # Its own threads: the shared pool may be full of requests waiting for a render.
-    limiter = anyio.CapacityLimiter(HEALTH_THREADS)
-
-    def probe() -> dict[str, Any]:
-        try:
-            return dict(health())
-        except Exception as exc:  # a broken probe is unhealthy, not a 500
-            log.exception("health check failed")
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-
-    async def healthz(request: Request) -> Response:
-        info = await anyio.to_thread.run_sync(probe, limiter=limiter)
-        ok = bool(info.get("ok", info.get("status") == "ok"))
-        body = json.dumps(info, default=str, sort_keys=True).encode("utf-8")
-        return Response(
-            body,
-            status_code=200 if ok else 503,
-            media_type="application/json",
-            headers={"Cache-Control": "no-store"},
-        )
-
-    return healthz
-
-
-def _metrics(exposition: Callable[[], tuple[bytes, str]]) -> Callable[[Request], Any]:
-    """``GET /metrics``: the Prometheus text format, on the health check's threads."""
-    limiter = anyio.CapacityLimiter(HEALTH_THREADS)
-
-    async def metrics(request: Request) -> Response:
-        body, content_type = await anyio.to_thread.run_sync(exposition, limiter=limiter)
-        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
-
-    return metrics
-
-
 class _Pages:
     """The request handlers of the documents: each served from the render cache."""
 
@@ -267,13 +230,15 @@ def create_app(
     metrics: Callable[[], tuple[bytes, str]] | None = None,
     hub: Hub | None = None,
     pull: PullQueries | None = None,
+    sources: Callable[[Mapping[str, str]], Any] | None = None,
 ) -> Starlette:
     """The Starlette application serving the published feeds of ``config`` from ``store``.
 
     ``cache``: where rendered documents are kept (a new one by default); ``metrics``:
     what ``/metrics`` serves (body, content type), e.g. ``Metrics.exposition``;
     ``hub``: the WebSub hub served at ``POST /websub/hub`` (started by the caller);
-    ``pull``: the pull queries served at ``GET /streams/NAME?at=TIME``.
+    ``pull``: the pull queries served at ``GET /streams/NAME?at=TIME``; ``sources``:
+    the listing served at ``GET /sources`` (query parameters in, a page out).
     """
     pages = _Pages(config, store, cache if cache is not None else RenderCache())
     routes = [
@@ -281,10 +246,12 @@ def create_app(
         Route("/feeds.opml", pages.opml),
         Route("/feeds-json.opml", pages.opml),
         Route("/feeds/{rest:path}", pages.feed),
-        Route("/healthz", _healthz(health)),
+        Route("/healthz", healthz_endpoint(health)),
     ]
     if metrics is not None:
-        routes.append(Route("/metrics", _metrics(metrics)))
+        routes.append(Route("/metrics", metrics_endpoint(metrics)))
+    if sources is not None:
+        routes.append(Route("/sources", sources_endpoint(sources)))
     if pull is not None:
         routes.append(Route("/streams/{name}", pull.endpoint(lambda r: server_base(config, r))))
     if hub is not None:
