@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from lxml import etree
-from test_connector_support import FeedServer
+from test_connector_support import FeedServer, conditional, rss
 from test_e2e import Roses, Site, free_port, wait_for
 
 from roses_app.spool import Spool
@@ -42,9 +42,10 @@ settings:
   data_dir: {data}
   http: {{host: 127.0.0.1, port: {port}}}
   spark: {{master: "local[2]", trigger: {trigger}}}
+  fetch: {{per_host: 32, host_spacing: 0s}}   # every feed of the test is on one host
 sources:
   news: {{feed: "{feed}", every: 1s}}
-streams:
+{sources}streams:
   everything:
     filter: {{from: news, where: "not(starts-with(title, 'never'))"}}
     publish: {{title: "Everything", keep: {{count: 100000}}}}
@@ -166,9 +167,12 @@ def poll_until(check: Callable[[], Any], timeout: float, what: str, every: float
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def assert_published_once(data: Path, served: set[str]) -> None:
+def assert_published_once(
+    data: Path, served: set[str], others: frozenset[str] = frozenset()
+) -> None:
     """Every item served is published, and none twice: each entry written once and
-    never replaced, each micro-batch applied once, each item spooled once."""
+    never replaced, each micro-batch applied once, each item spooled once (and so
+    are the ``others``, of sources no stream publishes)."""
     with contextlib.closing(sqlite3.connect(data / "store.sqlite")) as db:
         entries = db.execute(
             "SELECT guid, created_at = updated_at FROM entries WHERE stream = 'everything'"
@@ -188,7 +192,7 @@ def assert_published_once(data: Path, served: set[str]) -> None:
         )
     finally:
         spool.close()
-    assert spooled == Counter(served)
+    assert spooled == Counter(served | others)
 
 
 @pytest.fixture
@@ -196,12 +200,21 @@ def lifecycle(tmp_path: Path) -> Iterator[Callable[..., tuple[Site, Job, Path]]]
     server = FeedServer()
     jobs: list[Job] = []
 
-    def make(trigger: str, more: str = "") -> tuple[Site, Job, Path]:
+    def make(trigger: str, more: str = "", others: int = 0) -> tuple[Site, Job, Path]:
         port = free_port()
         config = tmp_path / "feeds.yaml"
         data = tmp_path / "data"
         feed = server.url("/news.xml")
-        text = CONFIG.format(data=data, port=port, feed=feed, trigger=trigger, more=more)
+        sources = "".join(
+            f'  other{n}: {{feed: "{server.url(f"/other/{n}.xml")}", every: 20s}}\n'
+            for n in range(others)
+        )
+        for n in range(others):  # one item each, answered 304 once fetched
+            body = rss((f"o{n}", f"other {n}"))
+            server.routes[f"/other/{n}.xml"] = conditional(body, etag=f'"o{n}"')
+        text = CONFIG.format(
+            data=data, port=port, feed=feed, trigger=trigger, more=more, sources=sources
+        )
         config.write_text(text)
         jobs.append(Job(config, port, tmp_path / "roses.log"))
         return Site(server), jobs[-1], data
@@ -317,6 +330,7 @@ class Feeder:
 
 
 KILLS = ["window"] * 2 + ["batch"] * 2 + ["any"] * 6
+OTHERS = 999  # sources besides news: a thousand in all
 
 
 def test_kill_9_at_random_points_loses_and_repeats_nothing(
@@ -324,8 +338,10 @@ def test_kill_9_at_random_points_loses_and_repeats_nothing(
 ) -> None:
     """Ten kill -9 of everything, at seeded random points: during start-up or polling
     ("any"), in a micro-batch ("batch"), and between a batch's store transaction and its
-    checkpoint commit ("window"); then one clean run publishes what is left."""
-    site, roses, data = lifecycle("2s")  # few batches: the store keeps 100 batch ids
+    checkpoint commit ("window"); then one clean run publishes what is left.  With a
+    thousand sources: polls in flight and commits of many polls at once are cut too."""
+    # few batches: the store keeps 100 batch ids
+    site, roses, data = lifecycle("2s", others=OTHERS)
     rng = random.Random(10)
     site.publish(*items(0, 5))
     windows = 0
@@ -357,4 +373,4 @@ def test_kill_9_at_random_points_loses_and_repeats_nothing(
     assert roses.signal_group(signal.SIGTERM) == 0
     print(f"{len(KILLS)} kill -9, {windows} between store and checkpoint, {len(served)} items")
     assert windows >= 1
-    assert_published_once(data, served)
+    assert_published_once(data, served, frozenset(f"o{n}" for n in range(OTHERS)))
