@@ -22,6 +22,7 @@ from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.listing import listing, parse_query
 from roses_app.connectors.mail import MailConnectors
+from roses_app.connectors.websub_in import PushTable, Subscriber
 from roses_app.datalock import DataDirLock
 from roses_app.items import MICROS
 from roses_app.metrics import Metrics, Snapshot
@@ -88,6 +89,13 @@ class Daemon:
         self.store = Store(data / "store.sqlite")
         self.states = StateStore(data / "sources.sqlite")
         on_poll = self.metrics.on_poll
+        base_url = config.settings.http.base_url
+        self.push_table: PushTable | None = None
+        self.subscriber: Subscriber | None = None
+        if base_url is not None:  # hubs can call back only where base_url says
+            self.push_table = PushTable(data / "websub_in.sqlite")
+            agent = config.settings.fetch.user_agent
+            self.subscriber = Subscriber(self.push_table, base_url, self.clock, user_agent=agent)
         self.scheduler = FeedScheduler(
             self.states,
             config.settings.fetch,
@@ -96,6 +104,7 @@ class Daemon:
             self.clock,
             base_dir=config.path.parent,
             on_result=on_poll,
+            subscriber=self.subscriber,
         )
         self.mail = MailConnectors(
             config.sources, data / "mail.sqlite", self.ingest, self.clock, data, on_result=on_poll
@@ -197,6 +206,9 @@ class Daemon:
             metrics=self.metrics.exposition,
             pull=pull,
             sources=self.sources_page,
+            pushes=None
+            if self.subscriber is None
+            else (self.subscriber, self.scheduler.pushed, self.config.settings.fetch.max_bytes),
         )
         self.http = HttpServer(app, http.host, http.port)
         self.http.start()
@@ -390,6 +402,8 @@ class Daemon:
 
     def close(self) -> None:
         self.mail.close()
+        if self.push_table is not None:
+            self.push_table.close()
         self.states.close()
         self.spool.close()
         self.store.close()

@@ -31,7 +31,7 @@ SinkMany = Callable[[Sequence[tuple[str, Items]]], None]
 class _Pending:
     name: str
     items: Items
-    state: SourceState
+    state: SourceState | None  # None: items pushed in, no poll's state
     done: asyncio.Future[None]
 
 
@@ -60,7 +60,7 @@ class Committer:
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._serve(), name="committer")
 
-    async def commit(self, name: str, items: Items, state: SourceState) -> None:
+    async def commit(self, name: str, items: Items, state: SourceState | None) -> None:
         """Queue a poll's items and state; return once both are written (or raise)."""
         if self._wake is None:
             raise RuntimeError("Committer.start() was not called")
@@ -117,7 +117,7 @@ class Committer:
                 log.error("spool: cannot append the items of %d poll(s): %s", len(with_items), exc)
                 for n in with_items:
                     errors[n] = exc
-        states = [p.state for p, e in zip(batch, errors, strict=True) if e is None]
+        states = [p.state for p, e in zip(batch, errors, strict=True) if e is None and p.state]
         try:
             self.states.put_many(states)
         except Exception as exc:

@@ -50,6 +50,7 @@ from roses_app.connectors.limits import FetchTimeoutError
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.connectors.refresh_hints import Hints, hints_from
 from roses_app.connectors.state import SourceState, StateStore
+from roses_app.connectors.websub_in import link_rel
 from roses_app.connectors.xmlize import ParsedFeed, parse_feed
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ ParseStep = Callable[[bytes, str, Mapping[str, str], tuple[str, ...]], Awaitable
 # Hand the items over and record the state, in this order; the state is recorded
 # only once the items are safe.  Items are empty when only the state changed.
 CommitStep = Callable[[str, Items, SourceState], Awaitable[None]]
+# A document was fetched: its source, the WebSub hub it names (if any), its topic.
+DocumentHook = Callable[[str, str | None, str], None]
 
 
 class AsyncPoller:
@@ -114,6 +117,7 @@ class AsyncPoller:
         commit: CommitStep,
         *,
         backoff_tolerance: float = 0.1,
+        on_document: DocumentHook | None = None,
     ) -> None:
         self.state_store = state_store
         self.settings = fetch_settings
@@ -122,6 +126,7 @@ class AsyncPoller:
         self.parse = parse
         self.commit = commit
         self.backoff_tolerance = backoff_tolerance
+        self.on_document = on_document
 
     def interval(self, source: FeedSource) -> float:
         every = source.every_seconds
@@ -214,6 +219,10 @@ class AsyncPoller:
             failed = await self._fail(source, state, now, describe(exc))
             return replace(failed, fetch_seconds=took)
         parsed, items = done.feed, done.items
+        if self.on_document is not None:
+            links = result.headers.get("link")
+            hub = parsed.hub or link_rel(links, "hub")
+            self.on_document(name, hub, parsed.self_url or link_rel(links, "self") or result.url)
         if parsed.skipped:
             log.warning("source %s: %d entries could not be written as items", name, parsed.skipped)
         if parsed.dropped:

@@ -40,6 +40,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from roses_app.config.model import FeedSource, FetchSettings, SourceConfig
 from roses_app.connectors.committer import Committer, SinkMany
+from roses_app.connectors.common import describe
 from roses_app.connectors.fetch import AsyncFetcher
 from roses_app.connectors.freshness import next_interval, rate_of
 from roses_app.connectors.listing import Live
@@ -49,6 +50,7 @@ from roses_app.connectors.poller import AsyncPoller, PollResult
 from roses_app.connectors.pollqueue import PollQueue, host_of
 from roses_app.connectors.refresh import Interval, Rate, budgeted, per_second
 from roses_app.connectors.state import SourceState, StateStore
+from roses_app.connectors.websub_in import SAFETY_FACTOR, Subscriber, is_pushed, safety_interval
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ ResultHook = Callable[[PollResult], None]
 JOB = "dispatch"
 STOP_SECONDS = 10.0  # a stop waits this long for the loop's tasks to end
 BUDGET_EVERY = 60.0  # seconds between two share-outs of settings.fetch.budget
+RENEW_EVERY = 60.0  # seconds between two looks at WebSub leases ending
 
 
 class FeedScheduler:
@@ -71,6 +74,7 @@ class FeedScheduler:
         *,
         base_dir: Path | None = None,
         on_result: ResultHook | None = None,
+        subscriber: Subscriber | None = None,
     ) -> None:
         self.states = states
         self.settings = settings
@@ -80,6 +84,9 @@ class FeedScheduler:
         self.clock = clock
         self.base_dir = base_dir
         self.on_result = on_result
+        self.subscriber = subscriber  # WebSub: hubs the feeds name (with base_url only)
+        self.pushes = 0  # documents pushed in and accepted
+        self._chores: set[asyncio.Task[Any]] = set()  # subscriptions, pushes
         self.last_results: dict[str, tuple[float, PollResult]] = {}
         self.intervals: dict[str, Interval] = {}  # each source's current interval, and why
         self.budget: dict[str, float] | None = None  # intervals sharing fetch.budget
@@ -149,6 +156,7 @@ class FeedScheduler:
             self.fetcher,
             self.parser.parse,
             self.committer.commit,
+            on_document=self._document if self.subscriber is not None else None,
         )
 
     async def _start(self) -> None:
@@ -184,6 +192,8 @@ class FeedScheduler:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
+        if self.subscriber is not None:
+            self._aps.add_job(self._renew, "interval", seconds=RENEW_EVERY, id="websub")
         if self.settings.budget_per_hour is not None:
             self._aps.add_job(
                 self._share_budget_soon, "interval", seconds=BUDGET_EVERY, id="budget"
@@ -197,13 +207,16 @@ class FeedScheduler:
         await self._close_parts()
 
     async def _cancel_polls(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._chores]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _close_parts(self) -> None:
         await self.committer.close()
         await self.fetcher.aclose()
+        if self.subscriber is not None:
+            await self.subscriber.aclose()
         self.parser.shutdown()
 
     # -- polling -------------------------------------------------------------------------
@@ -271,8 +284,59 @@ class FeedScheduler:
 
     def _interval(self, source: FeedSource, state: SourceState | None, now: float) -> Interval:
         chosen = next_interval(source, state, self.settings, now, self.budget)
+        if self.subscriber is not None:
+            push = self.subscriber.get(source.name)
+            if is_pushed(push, now, chosen.seconds):
+                seconds = safety_interval(chosen.seconds)
+                chosen = Interval(seconds, f"WebSub pushes arrive: polled as a safety net "
+                                  f"({chosen.reason}, {SAFETY_FACTOR:g}× longer)")  # fmt: skip
         self.intervals[source.name] = chosen
         return chosen
+
+    # -- WebSub: push in ---------------------------------------------------------------
+
+    def _document(self, source: str, hub: str | None, topic: str) -> None:
+        """A poll fetched a document: subscribe through the hub it names, once."""
+        if self.subscriber is not None and hub and self.subscriber.wants(source, hub, topic):
+            self._chore(self.subscriber.subscribe(source, hub, topic))
+
+    async def _renew(self) -> None:
+        """The APScheduler job: leases ending soon, subscriptions not verified."""
+        if self.subscriber is None:
+            return
+        for push in self.subscriber.due_renewals():
+            if push.source in self.sources:
+                self._chore(self.subscriber.subscribe(push.source, push.hub, push.topic))
+
+    def _chore(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    def pushed(self, source: str, body: bytes, headers: Mapping[str, str]) -> None:
+        """A hub delivered ``source``'s document (called from the HTTP server's thread):
+        its items go to the spool as a poll's would, and the poll moves out."""
+        thread = self._thread
+        if thread is None or source not in self.sources:
+            return
+        asyncio.run_coroutine_threadsafe(self._take_push(source, body, headers), thread.loop)
+
+    async def _take_push(self, source: str, body: bytes, headers: Mapping[str, str]) -> None:
+        feed = self.sources[source]
+        try:
+            parsed = await self.parser.parse(body, feed.url, headers, feed.categories)
+            await self.committer.commit(source, parsed.items, None)
+        except Exception as exc:  # a broken push: logged and counted, never fatal
+            log.warning("source %s: a pushed document was not taken: %s", source, describe(exc))
+            return
+        self.pushes += 1
+        log.info("source %s: %d item(s) pushed by its hub", source, len(parsed.items))
+        due = self.queue.due_at(source)
+        if due is not None:  # pushes stand in for polls now: the next one moves out
+            interval = self._interval(feed, None, self.clock())
+            self.queue.schedule(
+                source, host_of(feed.url), max(due, self.clock() + interval.seconds)
+            )
 
     def _learn(self, source: FeedSource, state: SourceState | None) -> None:
         """Keep an adaptive source's rate for the budget's next share-out."""

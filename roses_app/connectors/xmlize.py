@@ -111,6 +111,8 @@ class ParsedFeed:
     bozo_message: str = ""
     skipped: int = 0  # entries that could not be written (logged); should stay 0
     dropped: int = 0  # fields dropped as invalid (logged): bad dates, URIs, addresses
+    hub: str | None = None  # a WebSub hub the feed names (<atom:link rel="hub">)
+    self_url: str | None = None  # its own URL (<atom:link rel="self">): the WebSub topic
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -166,7 +168,18 @@ def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) 
         bozo_message=bozo_message,
         skipped=skipped,
         dropped=len(problems),
+        hub=_link(feed, "hub"),
+        self_url=_link(feed, "self"),
     )
+
+
+def _link(feed: Mapping[str, Any], rel: str) -> str | None:
+    """The first http(s) link of the channel with relation ``rel``."""
+    for link in feed.get("links") or []:
+        href = str(link.get("href") or "").strip() if isinstance(link, Mapping) else ""
+        if link.get("rel") == rel and href.lower().startswith(("http://", "https://")):
+            return href
+    return None
 
 
 # -- writing -------------------------------------------------------------------------

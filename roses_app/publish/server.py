@@ -50,6 +50,12 @@ from roses_app.publish.pull import PullQueries
 from roses_app.publish.render import OPML_MEDIA_TYPE, FeedInfo
 from roses_app.publish.status import healthz_endpoint, metrics_endpoint, sources_endpoint
 from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
+from roses_app.publish.websub_callback import (
+    CALLBACK_ROUTE,
+    PushHandler,
+    PushTaker,
+    callback_endpoint,
+)
 from roses_app.store import Store
 
 log = logging.getLogger(HTTP_LOGGER)
@@ -231,6 +237,7 @@ def create_app(
     hub: Hub | None = None,
     pull: PullQueries | None = None,
     sources: Callable[[Mapping[str, str]], Any] | None = None,
+    pushes: tuple[PushTaker, PushHandler, int] | None = None,
 ) -> Starlette:
     """The Starlette application serving the published feeds of ``config`` from ``store``.
 
@@ -238,7 +245,9 @@ def create_app(
     what ``/metrics`` serves (body, content type), e.g. ``Metrics.exposition``;
     ``hub``: the WebSub hub served at ``POST /websub/hub`` (started by the caller);
     ``pull``: the pull queries served at ``GET /streams/NAME?at=TIME``; ``sources``:
-    the listing served at ``GET /sources`` (query parameters in, a page out).
+    the listing served at ``GET /sources`` (query parameters in, a page out);
+    ``pushes``: the WebSub subscriber, what takes pushed documents and their size cap,
+    served at ``/websub/callback/TOKEN``.
     """
     pages = _Pages(config, store, cache if cache is not None else RenderCache())
     routes = [
@@ -252,6 +261,9 @@ def create_app(
         routes.append(Route("/metrics", metrics_endpoint(metrics)))
     if sources is not None:
         routes.append(Route("/sources", sources_endpoint(sources)))
+    if pushes is not None:
+        endpoint = callback_endpoint(*pushes)
+        routes.append(Route(CALLBACK_ROUTE, endpoint, methods=["GET", "POST"]))
     if pull is not None:
         routes.append(Route("/streams/{name}", pull.endpoint(lambda r: server_base(config, r))))
     if hub is not None:

@@ -1,4 +1,4 @@
-"""WebSub subscriptions kept in SQLite (``DATA_DIR/websub.sqlite``), signatures, and
+"""WebSub subscriptions kept in SQLite (``DATA_DIR/websub.sqlite``) and
 the hub URLs feeds advertise (here, so that the catalog can import them).
 
 A subscription is keyed by (topic, callback), as the WebSub Recommendation asks: a
@@ -10,7 +10,6 @@ Secrets are stored as given: the hub needs them to sign every delivery.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -20,11 +19,12 @@ from pathlib import Path
 
 from roses_app.config.model import Config
 from roses_app.errors import StoreError
+from roses_app.websub_signature import SIGNATURE_HEADER, sign, signature_ok
+
+__all__ = ["HUB_PATH", "SIGNATURE_HEADER", "Subscription", "SubscriptionTable", "hub_urls",
+           "sign", "signature_ok"]  # fmt: skip
 
 HUB_PATH = "/websub/hub"
-SIGNATURE_HEADER = "X-Hub-Signature"
-# the digests a subscriber may meet in X-Hub-Signature (WebSub section 8)
-SIGNATURE_METHODS = ("sha1", "sha256", "sha384", "sha512")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS subscriptions (
@@ -50,28 +50,6 @@ def hub_urls(config: Config, base: str) -> tuple[str, ...]:
     own = base.rstrip("/") + HUB_PATH
     external = config.settings.websub.external_hub
     return (own, external) if external and external != own else (own,)
-
-
-def sign(secret: str, body: bytes, method: str = "sha256") -> str:
-    """The ``X-Hub-Signature`` value of ``body``: ``METHOD=hex HMAC(secret, body)``."""
-    digest = hmac.new(secret.encode("utf-8"), body, method).hexdigest()
-    return f"{method}={digest}"
-
-
-def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
-    """What a subscriber checks: ``header`` is a valid signature of ``body``.
-
-    A missing header, an unknown method or a wrong digest is refused; the digests are
-    compared in constant time.
-    """
-    if not header:
-        return False
-    method, sep, digest = header.strip().partition("=")
-    method = method.strip().lower()
-    if not sep or method not in SIGNATURE_METHODS:
-        return False
-    expected = sign(secret, body, method).partition("=")[2]
-    return hmac.compare_digest(expected, digest.strip().lower())
 
 
 @dataclass(frozen=True)
