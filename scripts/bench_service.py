@@ -389,15 +389,17 @@ class Watcher(threading.Thread):
         super().__init__(daemon=True)
         self.url = url
         self.seen: dict[int, float] = {}
+        self.seen_wall: dict[int, float] = {}  # the same moments, as UNIX time (the spool's)
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             status, body = http_get(self.url)
-            now = time.monotonic()
+            now, wall = time.monotonic(), time.time()
             if status == 200:
                 for k in re.findall(rb"probe-(\d+)", body):
                     self.seen.setdefault(int(k), now)
+                    self.seen_wall.setdefault(int(k), wall)
             self.done.wait(0.2)
 
 
@@ -419,6 +421,7 @@ streams:
 class Latency:
     sent: int = 0
     latencies: list[float] = field(default_factory=list)
+    inside: list[float] = field(default_factory=list)  # from the spool to the feed
     ready_s: float | None = None
     stop_s: float | None = None
     exit_code: int | None = None
@@ -478,7 +481,24 @@ def measure_latency(folder: Path, args: argparse.Namespace) -> Latency:
         result.stop_s, result.exit_code = daemon.stop()
         server.shutdown()
         server.server_close()
+    spooled = spool_times(folder / "data" / "spool")
+    result.inside = [at - spooled[k] for k, at in watcher.seen_wall.items() if k in spooled]
     return result
+
+
+def spool_times(root: Path) -> dict[int, float]:
+    """Probe number -> when it entered the spool (its ingest time, UNIX seconds)."""
+    from roses_app.spool import Spool
+
+    spool = Spool(root)
+    try:
+        return {
+            int(found.group(1)): event.ts / 1e6
+            for event in spool.events()
+            if event.item and (found := re.search(r"probe-(\d+)", event.item))
+        }
+    finally:
+        spool.close()
 
 
 # -- report and command line ------------------------------------------------------------
@@ -522,6 +542,13 @@ def report(runs: Sequence[ServiceRun], latency: Latency | None, args: argparse.N
                 f"- {len(values)} of {latency.sent} probes: p50 {percentile(values, 50):.2f}s, "
                 f"p99 {percentile(values, 99):.2f}s, mean {sum(values) / len(values):.2f}s, "
                 f"min {min(values):.2f}s, max {max(values):.2f}s"
+            )
+        inside = latency.inside
+        if inside:
+            print(
+                f"- inside ROSES, spool -> published feed (read every 0.2 s): "
+                f"p50 {percentile(inside, 50):.2f}s, p99 {percentile(inside, 99):.2f}s, "
+                f"max {max(inside):.2f}s"
             )
         stop, code = fmt(latency.stop_s, ".1f"), fmt(latency.exit_code, "d")
         print(f"- SIGINT to exit {stop}s, exit code {code}")
