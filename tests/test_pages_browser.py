@@ -39,11 +39,26 @@ PHONE = (375, 740)
 T0 = 1_800_000_000_000_000
 PAYLOAD_IMG = "<img src=x onerror=\"document.title='pwned'\">"
 PAYLOAD_SCRIPT = "<script>document.title='pwned'</script>"
-PAGES = {  # path -> the title the page must keep
-    "/": "ROSES feeds",
-    "/feeds/news.html": "News",
-    "/feeds/topics/Climate%20crisis.html": "Topics — Climate crisis",
+PAGES = {  # path -> the title the page must keep, and a text it shows
+    "/": ("ROSES feeds", "Climate crisis"),
+    "/feeds/news.html": ("News", "Story 2"),
+    "/feeds/topics/Climate%20crisis.html": ("Topics — Climate crisis", "Story 2"),
+    "/sources.html": ("ROSES sources", "HTTP 500 from https://a-very-long-host-name"),
 }
+SOURCES = {  # what /sources.html lists: the daemon's listing (roses_app.connectors.listing)
+    "total": 2,
+    "page": 1,
+    "per_page": 100,
+    "sources": [
+        {"name": f"source-{n}", "url": f"https://a-very-long-host-name.example.org/{'x' * 60}/{n}",
+         "status": "error" if n else "ok", "last_poll": 1.7e9, "next_poll": 1.7e9 + 600,
+         "interval": 600.0, "why": f"rate 2.4 items/h: about one new item per poll {PAYLOAD_IMG}",
+         "lag": 0.4, "polls": 12, "not_modified_share": 0.5, "items_per_day": 57.6,
+         "failures": n, "last_error": f"HTTP 500 from https://a-very-long-host-name.example.org/"
+         f"{'y' * 50} {PAYLOAD_SCRIPT}" if n else ""}
+        for n in range(2)
+    ],
+}  # fmt: skip
 
 
 # -- a PNG reader (8-bit RGB/RGBA, what Chromium writes): enough to see the pixels ------
@@ -134,7 +149,9 @@ class Site:
 
     def __init__(self, tmp_path: Path) -> None:
         self.store = Store(tmp_path / "store.sqlite")
-        app = create_app(make_config(tmp_path), self.store, lambda: {"ok": True})
+        app = create_app(
+            make_config(tmp_path), self.store, lambda: {"ok": True}, sources=lambda _: SOURCES
+        )
         self.server = HttpServer(app, "127.0.0.1", 0)
         self.server.start()
         base = self.server.url
@@ -258,10 +275,11 @@ def test_page_in_a_browser(site: Site, browser: Browser, tmp_path: Path, path: s
     url = site.server.url + path
     dom = browser.dom(url)
     # no script from item content ran, and none is left in the document
-    assert dom.findtext(".//title") == PAGES[path]
+    title, text = PAGES[path]
+    assert dom.findtext(".//title") == title
     assert not dom.xpath("//script")
     assert not [a for e in dom.iter() for a in getattr(e, "attrib", {}) if a.startswith("on")]
-    assert ("Climate crisis" if path == "/" else "Story 2") in dom.text_content()
+    assert text in dom.text_content()
     # usable on a phone: a viewport meta, and nothing wider than a 375 px screen
     viewport = dom.xpath("//meta[@name='viewport']/@content")
     assert viewport and "width=device-width" in viewport[0]

@@ -10,6 +10,7 @@ Routes::
     /feeds/NAME/VALUE.rss ... .html   one value of a split stream (VALUE percent-quoted)
     /healthz                          JSON from the health callback; 200 if ok, else 503
     /sources?q=&status=&sort=&page=   each feed source's health, paged JSON (the daemon's)
+    /sources.html                     the same, a page for people (sortable, filterable)
 
 Documents are rendered once per change in the store and served from a
 :class:`~roses_app.publish.cache.RenderCache` (with their gzipped body); they carry a
@@ -48,7 +49,12 @@ from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
 from roses_app.publish.pull import PullQueries
 from roses_app.publish.render import OPML_MEDIA_TYPE, FeedInfo
-from roses_app.publish.status import healthz_endpoint, metrics_endpoint, sources_endpoint
+from roses_app.publish.status import (
+    healthz_endpoint,
+    metrics_endpoint,
+    sources_endpoint,
+    sources_page_endpoint,
+)
 from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
 from roses_app.publish.websub_callback import (
     CALLBACK_ROUTE,
@@ -261,6 +267,7 @@ def create_app(
         routes.append(Route("/metrics", metrics_endpoint(metrics)))
     if sources is not None:
         routes.append(Route("/sources", sources_endpoint(sources)))
+        routes.append(Route("/sources.html", sources_page_endpoint(sources)))
     if pushes is not None:
         endpoint = callback_endpoint(*pushes)
         routes.append(Route(CALLBACK_ROUTE, endpoint, methods=["GET", "POST"]))

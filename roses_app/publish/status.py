@@ -15,6 +15,8 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from roses_app.publish.sourcespage import CSP, render_sources_page
+
 log = logging.getLogger(__name__)
 
 HEALTH_THREADS = 2
@@ -60,6 +62,26 @@ def sources_endpoint(listing: Callable[[Mapping[str, str]], Any]) -> Callable[[R
         return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
     return sources
+
+
+def sources_page_endpoint(listing: Callable[[Mapping[str, str]], Any]) -> Callable[[Request], Any]:
+    """``GET /sources.html``: the same listing as a page for people."""
+    limiter = anyio.CapacityLimiter(HEALTH_THREADS)
+
+    async def page(request: Request) -> Response:
+        params = dict(request.query_params)
+        try:
+            found = await anyio.to_thread.run_sync(listing, params, limiter=limiter)
+        except ValueError as exc:
+            return PlainTextResponse(f"{exc}\n", status_code=400)
+        body = render_sources_page(found, params)
+        return Response(
+            body,
+            media_type="text/html; charset=utf-8",
+            headers={"Cache-Control": "no-store", "Content-Security-Policy": CSP},
+        )
+
+    return page
 
 
 def metrics_endpoint(exposition: Callable[[], tuple[bytes, str]]) -> Callable[[Request], Any]:
