@@ -263,3 +263,55 @@ def test_parsing_runs_in_worker_processes_that_are_replaced_when_they_die():
     assert len(first.items) == 2  # type: ignore[attr-defined]
     assert failure is None or "parse worker died" in str(failure)
     assert len(again.items) == 2 and "<category>x</category>" in again.items[0][0]  # type: ignore[attr-defined]
+
+
+def test_polls_spaced_on_one_host_all_start_without_a_stall(
+    feed_server: FeedServer, store: StateStore, caplog: pytest.LogCaptureFixture
+):
+    """Many sources of one host, started 2 ms apart, one fetch at a time: the dispatch
+    job is moved to each next start again and again, often to a moment already past
+    by then; no start is skipped, and a host's slot is free once its fetch ends (its
+    document is parsed and written meanwhile)."""
+    feed_server.routes["/f"] = Reply(200, BODY)
+    settings = FetchSettings(timeout_seconds=3.0, per_host=1, host_spacing_seconds=0.002)
+    sources = [FeedSource(f"s{i}", feed_server.url("/f"), 600.0) for i in range(100)]
+    sink = Sink()
+    scheduler = FeedScheduler(store, settings, sources, sink)
+    scheduler.start()
+    started = time.monotonic()
+    try:
+        wait_for(lambda: len(sink.sources) == 100, timeout=30.0)  # a stall lasts 60 s
+        took = time.monotonic() - started
+    finally:
+        scheduler.shutdown()
+    assert "skipped" not in caplog.text and "missed" not in caplog.text
+    assert took < 15.0, took
+
+
+def test_the_dispatch_job_moved_to_a_past_moment_still_runs(
+    feed_server: FeedServer, store: StateStore, caplog: pytest.LogCaptureFixture
+):
+    """The dispatch job moves itself to the next start while it runs; when that moment
+    is already past (a busy loop), APScheduler runs it again at once, while the running
+    instance is still counted: that run must not be skipped (a stall of 60 s)."""
+    feed_server.routes["/f"] = Reply(200, BODY)
+    settings = FetchSettings(timeout_seconds=3.0, per_host=1, host_spacing_seconds=0.3)
+    sources = [FeedSource(f"s{i}", feed_server.url("/f"), 600.0) for i in range(4)]
+    sink = Sink()
+    scheduler = FeedScheduler(store, settings, sources, sink)
+    real, late = scheduler.queue.next_wakeup, [2]
+
+    def next_wakeup() -> float | None:  # the first two answers come too late to be kept
+        wake = real()
+        if wake is None or late[0] == 0:
+            return wake
+        late[0] -= 1
+        return time.time() - 0.001
+
+    scheduler.queue.next_wakeup = next_wakeup  # type: ignore[method-assign]
+    scheduler.start()
+    try:
+        wait_for(lambda: len(sink.sources) == 4, timeout=10.0)
+    finally:
+        scheduler.shutdown()
+    assert "skipped" not in caplog.text

@@ -40,6 +40,7 @@ Route = Reply | Callable[[Request], Reply]
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # a real server's backlog: the fetcher connects many at once
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # clients hang up on purpose here (timeouts, size caps)
@@ -54,6 +55,7 @@ class FeedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as real servers do: no 40 ms stall on keep-alive
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

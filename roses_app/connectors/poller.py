@@ -118,6 +118,7 @@ class AsyncPoller:
         *,
         backoff_tolerance: float = 0.1,
         on_document: DocumentHook | None = None,
+        on_fetched: Callable[[str], None] | None = None,
     ) -> None:
         self.state_store = state_store
         self.settings = fetch_settings
@@ -127,6 +128,7 @@ class AsyncPoller:
         self.commit = commit
         self.backoff_tolerance = backoff_tolerance
         self.on_document = on_document
+        self.on_fetched = on_fetched  # a source's fetch ended (its slot is free)
 
     def interval(self, source: FeedSource) -> float:
         every = source.every_seconds
@@ -167,7 +169,11 @@ class AsyncPoller:
 
         started = time.monotonic()
         try:
-            result = await self.fetcher.fetch(state.url, state.etag, state.last_modified)
+            try:
+                result = await self.fetcher.fetch(state.url, state.etag, state.last_modified)
+            finally:
+                if self.on_fetched is not None:
+                    self.on_fetched(name)
         except RetryLaterError as exc:
             failed = await self._fail(source, state, now, str(exc), retry_after=exc.retry_after)
             return replace(failed, fetch_seconds=time.monotonic() - started)

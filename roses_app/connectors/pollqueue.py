@@ -13,8 +13,9 @@ tested with made-up times.  The rules:
 * a source that waits for its host does not hold a slot of the others: due sources
   of a busy host wait in their host's line, and sources of other hosts go first.
 
-:meth:`PollQueue.take` gives what may start now; :meth:`PollQueue.done` frees a
-source's slot; :meth:`PollQueue.next_wakeup` says when ``take`` may give something
+:meth:`PollQueue.take` gives what may start now; :meth:`PollQueue.release` frees a
+source's slots when its fetch ends (parsing and writing hold none), :meth:`PollQueue.done`
+ends its poll; :meth:`PollQueue.next_wakeup` says when ``take`` may give something
 again without a ``done`` (a due time, or a host's spacing ending).
 """
 
@@ -60,7 +61,8 @@ class PollQueue:
         self._lines: dict[str, deque[tuple[float, str]]] = {}  # host -> due, waiting
         self._busy: Counter[str] = Counter()  # host -> polls in flight
         self._next_start: dict[str, float] = {}  # host -> earliest next start
-        self._running: set[str] = set()
+        self._running: set[str] = set()  # polls in flight, until done()
+        self._holding: set[str] = set()  # ... of which fetching: they hold the slots
         self._counter = itertools.count()
 
     def __len__(self) -> int:
@@ -102,16 +104,22 @@ class PollQueue:
                 self._start(name, host, now)
         return started
 
-    def done(self, name: str) -> None:
-        """``name``'s poll ended; schedule it again with :meth:`schedule`."""
-        if name not in self._running:
+    def release(self, name: str) -> None:
+        """``name``'s fetch ended: its slots go to the next (its document may still be
+        parsed and written; the source stays in flight until :meth:`done`)."""
+        if name not in self._holding:
             return
-        self._running.discard(name)
+        self._holding.discard(name)
         self.in_flight -= 1
         host = self._host[name]
         self._busy[host] -= 1
         if self._busy[host] <= 0:
             del self._busy[host]
+
+    def done(self, name: str) -> None:
+        """``name``'s poll ended; schedule it again with :meth:`schedule`."""
+        self.release(name)
+        self._running.discard(name)
 
     def next_wakeup(self) -> float | None:
         """When :meth:`take` may start something next without a :meth:`done`."""
@@ -165,6 +173,7 @@ class PollQueue:
     def _start(self, name: str, host: str, now: float) -> None:
         del self._due[name]
         self._running.add(name)
+        self._holding.add(name)
         self.in_flight += 1
         self._busy[host] += 1
         self._next_start[host] = now + self.spacing

@@ -59,6 +59,7 @@ JOB = "dispatch"
 STOP_SECONDS = 10.0  # a stop waits this long for the loop's tasks to end
 BUDGET_EVERY = 60.0  # seconds between two share-outs of settings.fetch.budget
 RENEW_EVERY = 60.0  # seconds between two looks at WebSub leases ending
+MANY = 1_000_000  # "no limit" for APScheduler's instances of the dispatch job
 
 
 class FeedScheduler:
@@ -98,6 +99,8 @@ class FeedScheduler:
         self._tasks: set[asyncio.Task[PollResult]] = set()
         self._aps: AsyncIOScheduler | None = None
         self._armed: float | None = None  # when the dispatch job runs next
+        self._freed: asyncio.Event | None = None  # a once run: a fetch ended
+        self._finished: list[asyncio.Task[PollResult]] = []
 
     def live(self) -> Live:
         """What this scheduler knows of its sources, for :mod:`listing`."""
@@ -157,6 +160,7 @@ class FeedScheduler:
             self.parser.parse,
             self.committer.commit,
             on_document=self._document if self.subscriber is not None else None,
+            on_fetched=self._fetched,
         )
 
     async def _start(self) -> None:
@@ -187,7 +191,10 @@ class FeedScheduler:
             seconds=60.0,  # a safety net: the job is moved to each next start
             id=JOB,
             name="start due polls",
-            max_instances=1,
+            # The job moves itself to the next start while it runs, and that start may
+            # be now: one instance at a time would skip that run (and wait the 60 s).
+            # Runs cannot overlap anyway: the job never awaits.
+            max_instances=MANY,
             coalesce=True,
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
@@ -234,15 +241,20 @@ class FeedScheduler:
     def _spawn(self, poll: Coroutine[Any, Any, PollResult]) -> None:
         task = asyncio.get_running_loop().create_task(poll)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[PollResult]) -> None:
+        self._tasks.discard(task)
+        if self._freed is not None and not task.cancelled():
+            self._finished.append(task)  # a once run collects the results
 
     def _arm(self) -> None:
         """Move the dispatch job to when :meth:`PollQueue.take` may give a poll again."""
         wake = self.queue.next_wakeup()
         if wake is None or self._aps is None or not self._aps.running:
             return
-        if self._armed is not None and self._armed <= wake:
-            return
+        if self._armed is not None and self.clock() <= self._armed <= wake:
+            return  # the job already runs at or before then
         self._armed = wake
         delay = max(0.0, wake - self.clock())  # the injected clock's time, in real time
         self._aps.modify_job(JOB, next_run_time=datetime.now(UTC) + timedelta(seconds=delay))
@@ -271,6 +283,14 @@ class FeedScheduler:
             self._arm()
         self._record(result)
         return result
+
+    def _fetched(self, name: str) -> None:
+        """A fetch ended: its slots go to the next due sources at once."""
+        self.queue.release(name)
+        if self._aps is not None:
+            self._start_due()
+        elif self._freed is not None:  # a once run: its pump starts them
+            self._freed.set()
 
     def _next_due(self, source: FeedSource, result: PollResult) -> float:
         now = self.clock()
@@ -388,25 +408,23 @@ class FeedScheduler:
             for source in self.sources.values():
                 self.queue.schedule(source.name, host_of(source.url), now)
             results: dict[str, PollResult] = {}
+            self._freed = asyncio.Event()
             while len(results) < len(self.sources):
                 for name, due in self.queue.take(self.clock()):
-                    task = asyncio.get_running_loop().create_task(
-                        self._poll(name, due, True, force)
-                    )
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._spawn(self._poll(name, due, True, force))
                 wake = self.queue.next_wakeup()
                 timeout = None if wake is None else max(0.0, wake - self.clock())
-                if not self._tasks:
-                    await asyncio.sleep(timeout or 0.0)
-                    continue
-                running = set(self._tasks)
-                finished, _ = await asyncio.wait(
-                    running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                self._freed.clear()
+                freed = asyncio.ensure_future(self._freed.wait())
+                await asyncio.wait(
+                    {*self._tasks, freed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
-                for task in finished:
+                freed.cancel()
+                for task in list(self._finished):
                     results[task.result().source] = task.result()
+                self._finished.clear()
             return [results[name] for name in self.sources]
         finally:
+            self._freed = None
             await self._cancel_polls()
             await self._close_parts()
