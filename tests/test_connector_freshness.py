@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from test_connector_support import FeedServer, Reply, Request, rss
+from test_connector_support import FeedServer, Reply, Request, rss, until
 
 from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.freshness import (
@@ -100,12 +100,7 @@ def _noop(polls: Sequence[tuple[str, Items]]) -> None:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+    until(predicate, timeout)
 
 
 def test_a_busy_feed_is_polled_more_often_and_a_quiet_one_less(

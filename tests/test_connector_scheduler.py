@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from raw_http_support import RawReply, RawServer
-from test_connector_support import FeedServer, Reply, rss
+from test_connector_support import FeedServer, Reply, rss, until
 
 from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.parsepool import ParsePool
@@ -50,12 +50,7 @@ def store(tmp_path: Path) -> Iterator[StateStore]:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+    until(predicate, timeout)
 
 
 def test_first_poll_right_away_then_repeated_and_failures_isolated(

@@ -163,6 +163,16 @@ def rss(*items: tuple[str, str], title: str = "Test feed") -> bytes:
     return "".join(parts).encode("utf-8")
 
 
+def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for ``predicate`` to hold (checked every 20 ms); fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
 class FakeClock:
     def __init__(self, now: float = 1_700_000_000.0) -> None:
         self.now = now

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
-from test_connector_support import FeedServer, Reply, rss
+from test_connector_support import FeedServer, Reply, rss, until
 from test_e2e import free_port
 from test_websub import Roses as UpstreamRoses
 from test_websub import make_config
@@ -39,12 +39,7 @@ WAIT = 20.0
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+    until(predicate, timeout)
 
 
 class Sink:

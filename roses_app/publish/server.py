@@ -53,7 +53,6 @@ from roses_app.publish.status import (
     healthz_endpoint,
     metrics_endpoint,
     sources_endpoint,
-    sources_page_endpoint,
 )
 from roses_app.publish.websub import HUB_PATH, TOPIC_FORMATS, Hub, link_header
 from roses_app.publish.websub_callback import (
@@ -267,7 +266,7 @@ def create_app(
         routes.append(Route("/metrics", metrics_endpoint(metrics)))
     if sources is not None:
         routes.append(Route("/sources", sources_endpoint(sources)))
-        routes.append(Route("/sources.html", sources_page_endpoint(sources)))
+        routes.append(Route("/sources.html", sources_endpoint(sources, html=True)))
     if pushes is not None:
         endpoint = callback_endpoint(*pushes)
         routes.append(Route(CALLBACK_ROUTE, endpoint, methods=["GET", "POST"]))

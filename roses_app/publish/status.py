@@ -47,9 +47,13 @@ def healthz_endpoint(health: Callable[[], Mapping[str, Any]]) -> Callable[[Reque
     return healthz
 
 
-def sources_endpoint(listing: Callable[[Mapping[str, str]], Any]) -> Callable[[Request], Any]:
+Listing = Callable[[Mapping[str, str]], Any]  # query parameters -> a page of sources
+
+
+def sources_endpoint(listing: Listing, *, html: bool = False) -> Callable[[Request], Any]:
     """``GET /sources?q=&status=&sort=&page=&per_page=``: each source's health, paged
-    (:mod:`roses_app.connectors.listing`), on the health check's threads."""
+    (:mod:`roses_app.connectors.listing`), on the health check's threads; with ``html``
+    the same page for people (``/sources.html``).  A bad query is a 400 saying why."""
     limiter = anyio.CapacityLimiter(HEALTH_THREADS)
 
     async def sources(request: Request) -> Response:
@@ -58,30 +62,14 @@ def sources_endpoint(listing: Callable[[Mapping[str, str]], Any]) -> Callable[[R
             page = await anyio.to_thread.run_sync(listing, params, limiter=limiter)
         except ValueError as exc:
             return PlainTextResponse(f"{exc}\n", status_code=400)
+        if html:
+            headers = {"Cache-Control": "no-store", "Content-Security-Policy": CSP}
+            body = render_sources_page(page, params)
+            return Response(body, media_type="text/html; charset=utf-8", headers=headers)
         body = json.dumps(page, sort_keys=True).encode("utf-8")
         return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
     return sources
-
-
-def sources_page_endpoint(listing: Callable[[Mapping[str, str]], Any]) -> Callable[[Request], Any]:
-    """``GET /sources.html``: the same listing as a page for people."""
-    limiter = anyio.CapacityLimiter(HEALTH_THREADS)
-
-    async def page(request: Request) -> Response:
-        params = dict(request.query_params)
-        try:
-            found = await anyio.to_thread.run_sync(listing, params, limiter=limiter)
-        except ValueError as exc:
-            return PlainTextResponse(f"{exc}\n", status_code=400)
-        body = render_sources_page(found, params)
-        return Response(
-            body,
-            media_type="text/html; charset=utf-8",
-            headers={"Cache-Control": "no-store", "Content-Security-Policy": CSP},
-        )
-
-    return page
 
 
 def metrics_endpoint(exposition: Callable[[], tuple[bytes, str]]) -> Callable[[Request], Any]:
