@@ -27,7 +27,7 @@ from roses_app.connectors.poller import PollResult
 # fetches take from milliseconds (file:, a 304) to fetch.timeout (30 s by default)
 POLL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-LAG_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+LAG_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 INTERVAL_BUCKETS = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
 FRESHNESS_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0, 6 * 3600.0, 86400.0)
 PER_SOURCE_LIMIT = 1000  # sources with series of their own; above, one series for all
