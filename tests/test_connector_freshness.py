@@ -66,8 +66,12 @@ def test_next_interval_fixed_adaptive_and_budget():
     busy = SourceState("s", "u", "u", rate_items=200.0, rate_seconds=3600.0, document_items=20)
     chosen = next_interval(adaptive, busy, settings, T0)
     assert 60.0 <= chosen.seconds < 900.0 and "items/h" in chosen.reason
-    shared = next_interval(adaptive, busy, settings, T0, {"s": 1234.0})
+    quiet = SourceState("s", "u", "u", rate_items=2.0, rate_seconds=86400.0, document_items=20)
+    shared = next_interval(adaptive, quiet, settings, T0, {"s": 1234.0})
     assert shared.seconds == 1234.0 and "budget" in shared.reason
+    # a share longer than the busy feed's document lasts: completeness first
+    capped = next_interval(adaptive, busy, settings, T0, {"s": 1234.0})
+    assert capped.seconds < 1234.0 and "would fill" in capped.reason
 
 
 def test_an_older_state_file_gains_the_new_columns(tmp_path: Path):

@@ -23,7 +23,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, replace
 
 from roses_app.config.model import FeedSource, FetchSettings
-from roses_app.connectors.refresh import Hints, Interval, Rate, choose, defer, observe
+from roses_app.connectors.refresh import (
+    Hints,
+    Interval,
+    Rate,
+    before_pushed_out,
+    choose,
+    defer,
+    observe,
+)
 from roses_app.connectors.state import SourceState
 
 Items = list[tuple[str, int | None]]
@@ -116,15 +124,29 @@ def next_interval(
         return Interval(every, "every: in feeds.yaml")
     state = state or SourceState(source.name, source.url, source.url)
     hints = hints_of(state)
+    prior = source.every_seconds or settings.default_every_seconds
     if budget is not None and source.name in budget:
-        chosen = Interval(budget[source.name], "share of settings.fetch.budget for its rate")
+        chosen = _shared(budget[source.name], state, prior, settings)
     else:
         chosen = choose(
             rate_of(state),
             hints,
-            default_every=source.every_seconds or settings.default_every_seconds,
+            default_every=prior,
             min_every=settings.min_every_seconds,
             max_every=settings.max_every_seconds,
             document_items=state.document_items,
         )
     return defer(now, chosen, hints)
+
+
+def _shared(seconds: float, state: SourceState, prior: float, settings: FetchSettings) -> Interval:
+    """The budget's share, unless the document would fill with new items before then:
+    completeness first (that feed spends a little more than its share)."""
+    bound = before_pushed_out(rate_of(state), state.document_items, prior)
+    if bound is not None and bound < seconds:
+        return Interval(
+            max(settings.min_every_seconds, bound),
+            f"its document ({state.document_items} items) would fill with new ones within "
+            "its share of settings.fetch.budget: polled before",
+        )
+    return Interval(seconds, "share of settings.fetch.budget for its rate")

@@ -51,6 +51,7 @@ __all__ = [
     "Hints",
     "Interval",
     "Rate",
+    "before_pushed_out",
     "budgeted",
     "choose",
     "defer",
@@ -149,18 +150,15 @@ def choose(
     per_hour = _number(lam * 3600.0)
     seconds = 1.0 / lam if lam > 0 else math.inf
     reason = f"rate {per_hour} items/h: about one new item per poll"
-    if document_items > 0 and lam > 0:
-        share = SATURATED_SHARE if rate.saturated else DOCUMENT_SHARE
-        before_lost = share * document_items / lam
-        if before_lost < seconds:
-            seconds = before_lost
-            reason = (
-                f"document holds {document_items} item{'' if document_items == 1 else 's'} "
-                f"at {per_hour}/h: "
-                "polled before they are pushed out"
-            )
-            if rate.saturated:
-                reason += " (the last poll found only new items)"
+    before_lost = before_pushed_out(rate, document_items, default_every)
+    if before_lost is not None and before_lost < seconds:
+        seconds = before_lost
+        reason = (
+            f"document holds {document_items} item{'' if document_items == 1 else 's'} "
+            f"at {per_hour}/h: polled before they are pushed out"
+        )
+        if rate.saturated:
+            reason += " (the last poll found only new items)"
     floor, why = publisher_floor(hints)
     if floor is not None and seconds < floor:
         if floor >= max_every:
@@ -171,6 +169,17 @@ def choose(
     if seconds > max_every:
         return Interval(max_every, f"max_every (the rule gave {_duration(seconds)}: {reason})")
     return Interval(seconds, reason)
+
+
+def before_pushed_out(rate: Rate, document_items: int, prior_every: float) -> float | None:
+    """The longest interval that polls before a share of the document can be replaced
+    by new items (a quarter after a poll that found only new ones); None without a
+    document or a rate."""
+    lam = per_second(rate, prior_every)
+    if document_items <= 0 or lam <= 0:
+        return None
+    share = SATURATED_SHARE if rate.saturated else DOCUMENT_SHARE
+    return share * document_items / lam
 
 
 def publisher_floor(hints: Hints) -> tuple[float | None, str]:
