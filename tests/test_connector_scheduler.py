@@ -90,14 +90,14 @@ def test_one_scheduler_job_hands_out_every_source(feed_server: FeedServer, store
     sources = [FeedSource(f"s{i}", feed_server.url("/f"), 600.0) for i in range(300)]
     sink = Sink()
     # one host: politeness off, or it would take 30 s (4 at a time, 0.1 s apart)
-    settings = FetchSettings(timeout_seconds=3.0, per_host=50, host_spacing_seconds=0.0)
+    settings = FetchSettings(timeout_seconds=20.0, per_host=50, host_spacing_seconds=0.0)
     scheduler = FeedScheduler(store, settings, sources, sink)
     scheduler.start()
     try:
         assert scheduler._aps is not None
         (job,) = scheduler._aps.get_jobs()
         assert job.id == "dispatch"
-        wait_for(lambda: len(sink.sources) == 300)
+        wait_for(lambda: len(sink.sources) == 300, timeout=60.0)
     finally:
         scheduler.shutdown()
     # polls ending together were committed together: far fewer writes than polls

@@ -6,17 +6,19 @@ tested with made-up times.  The rules:
 * a source is *due* at its time; due sources start in due order (the most overdue
   first), never dropped: one that waits is started late, and the caller counts the
   lag;
-* at most ``concurrency`` polls are in flight at once, all hosts together;
-* at most ``per_host`` of them to one host (``host:port``), and two starts on one
+* at most ``concurrency`` polls are in flight at once, all hosts together (from the
+  fetch's start to the poll's end, its document parsed and written);
+* at most ``per_host`` fetches to one host (``host:port``), and two starts on one
   host are at least ``spacing`` seconds apart: a thousand feeds of one blog platform
   are fetched a few at a time, not all at once;
 * a source that waits for its host does not hold a slot of the others: due sources
   of a busy host wait in their host's line, and sources of other hosts go first.
 
 :meth:`PollQueue.take` gives what may start now; :meth:`PollQueue.release` frees a
-source's slots when its fetch ends (parsing and writing hold none), :meth:`PollQueue.done`
-ends its poll; :meth:`PollQueue.next_wakeup` says when ``take`` may give something
-again without a ``done`` (a due time, or a host's spacing ending).
+source's host slot when its fetch ends, :meth:`PollQueue.done` its place among the
+``concurrency`` polls in flight when the poll ends (parsed and written);
+:meth:`PollQueue.next_wakeup` says when ``take`` may give something again without a
+``done`` (a due time, or a host's spacing ending).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class PollQueue:
         self._busy: Counter[str] = Counter()  # host -> polls in flight
         self._next_start: dict[str, float] = {}  # host -> earliest next start
         self._running: set[str] = set()  # polls in flight, until done()
-        self._holding: set[str] = set()  # ... of which fetching: they hold the slots
+        self._holding: set[str] = set()  # ... of which fetching: they hold a host slot
         self._counter = itertools.count()
 
     def __len__(self) -> int:
@@ -105,12 +107,12 @@ class PollQueue:
         return started
 
     def release(self, name: str) -> None:
-        """``name``'s fetch ended: its slots go to the next (its document may still be
-        parsed and written; the source stays in flight until :meth:`done`)."""
+        """``name``'s fetch ended: its host's slot goes to the next source of that host
+        (its poll, still parsing and writing, keeps its place in ``concurrency``, so
+        that a parsing backlog slows fetching down instead of filling memory)."""
         if name not in self._holding:
             return
         self._holding.discard(name)
-        self.in_flight -= 1
         host = self._host[name]
         self._busy[host] -= 1
         if self._busy[host] <= 0:
@@ -118,8 +120,11 @@ class PollQueue:
 
     def done(self, name: str) -> None:
         """``name``'s poll ended; schedule it again with :meth:`schedule`."""
+        if name not in self._running:
+            return
         self.release(name)
         self._running.discard(name)
+        self.in_flight -= 1
 
     def next_wakeup(self) -> float | None:
         """When :meth:`take` may start something next without a :meth:`done`."""
