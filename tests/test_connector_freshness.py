@@ -165,3 +165,20 @@ def test_the_publishers_max_age_is_honoured(feed_server: FeedServer, tmp_path: P
     assert len(feed_server.hits("/f")) == 1  # not again within its 3 s
     chosen = scheduler.intervals["f"]
     assert chosen.seconds == 3.0 and "max-age" in chosen.reason
+
+
+def test_a_first_document_s_dates_give_the_first_rate():
+    """20 items an hour apart: about one an hour from the first poll on; items a month
+    old or undated teach nothing (the prior stands: the default interval)."""
+    hourly = [(f"<item><guid>h{k}</guid></item>", int((T0 - 3600 * k) * 1e6)) for k in range(20)]
+    busy = rate_of(after_document(fresh(), hourly, Hints(), T0))
+    assert busy.seconds == 19 * 3600 and busy.items == 19  # 19 gaps in 19 hours
+    old = [(xml, int(p - 30 * 86400 * 1e6)) for xml, p in hourly]
+    quiet = rate_of(after_document(fresh(), old, Hints(), T0))
+    assert quiet.seconds == 0
+    undated = rate_of(after_document(fresh(), [(xml, None) for xml, _ in hourly], Hints(), T0))
+    assert undated.seconds == 0
+    settings = FetchSettings(min_every_seconds=60.0, max_every_seconds=86400.0)
+    adaptive = FeedSource("s", "http://h/f", 900.0, fixed=False)
+    after = after_document(fresh(), hourly, Hints(), T0)
+    assert next_interval(adaptive, after, settings, T0).seconds > 1800  # about an hour

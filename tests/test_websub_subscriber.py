@@ -35,7 +35,7 @@ from roses_app.publish import HttpServer, create_app
 from roses_app.store import Store
 from roses_app.websub_signature import sign
 
-WAIT = 20.0
+WAIT = 45.0  # a loaded machine (the suite runs two processes)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = WAIT) -> None:

@@ -5,9 +5,9 @@ The glue between a poll (:mod:`roses_app.connectors.poller`) and the pure rules 
 
 * after a document: how many of its items were not in the previous document (their
   short hashes are kept in the state, so a restart keeps counting right), the rate
-  estimate updated with that count (not after a feed's first poll: its document is a
-  backlog, not a rate), and the publisher's hints (``<ttl>``, ``sy:updatePeriod``,
-  ``skipHours``/``skipDays``, HTTP max-age);
+  estimate updated with that count (a feed's first document is a backlog: its items'
+  publication dates give the first estimate), and the publisher's hints (``<ttl>``,
+  ``sy:updatePeriod``, ``skipHours``/``skipDays``, HTTP max-age);
 * after a 304: no new item, for the time since the last success; HTTP max-age from
   the answer, the document's hints kept;
 * the next interval: ``every:`` when the source fixes it, else the adaptive rule, or a
@@ -33,8 +33,11 @@ from roses_app.connectors.refresh import (
     observe,
 )
 from roses_app.connectors.state import SourceState
+from roses_app.items import MICROS
 
 Items = list[tuple[str, int | None]]
+DAY = 86400.0
+WEEK = 7 * DAY
 KEY_BYTES = 6  # of an item's hash: 48 bits, collisions negligible within one feed
 
 
@@ -51,7 +54,26 @@ def after_document(state: SourceState, items: Items, hints: Hints, now: float) -
         seen = set(state.doc_keys.split())
         new = sum(1 for key in keys if key not in seen)
         rate = observe(rate, now - state.last_success_at, new, len(keys))
+    elif rate.seconds == 0:
+        rate = backlog_rate(items, now)
     return _with(state, rate, hints, len(keys), " ".join(keys))
+
+
+def backlog_rate(items: Items, now: float) -> Rate:
+    """A first estimate from a feed's first document: its items' publication dates
+    (as Miniflux and NewsBlur do), so that a busy feed is polled often from its second
+    poll on, not after a few polls have taught it.  The n items dated within the last
+    week, over the span s from the oldest of them to now, count as n - 1 items in s;
+    weighed as a day at most, so that what polls see soon outweighs it.  Fewer than two
+    such dates teach nothing (the prior stands)."""
+    dates = sorted(
+        p / MICROS for _, p in items if p is not None and now - WEEK <= p / MICROS <= now
+    )
+    if len(dates) < 2:
+        return Rate()
+    span = max(now - dates[0], 1.0)
+    weight = min(span, DAY)
+    return Rate(items=(len(dates) - 1) * weight / span, seconds=weight)
 
 
 def after_not_modified(state: SourceState, headers: Mapping[str, str], now: float) -> SourceState:

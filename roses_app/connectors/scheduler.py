@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -89,6 +90,7 @@ class FeedScheduler:
         self.pushes = 0  # documents pushed in and accepted
         self._chores: set[asyncio.Task[Any]] = set()  # subscriptions, pushes
         self.last_results: dict[str, tuple[float, PollResult]] = {}
+        self.outcomes: Counter[str] = Counter()  # sources by their last poll's status
         self.intervals: dict[str, Interval] = {}  # each source's current interval, and why
         self.budget: dict[str, float] | None = None  # intervals sharing fetch.budget
         self._rates: dict[str, float] = {}  # adaptive sources' rates, for the budget
@@ -389,6 +391,10 @@ class FeedScheduler:
         return sum(3600.0 / self.poller.interval(s) for s in self.sources.values() if s.fixed)
 
     def _record(self, result: PollResult) -> None:
+        last = self.last_results.get(result.source)
+        if last is not None:
+            self.outcomes[last[1].status] -= 1
+        self.outcomes[result.status] += 1
         self.last_results[result.source] = (self.clock(), result)
         if result.status == "ok":
             log.info("source %s: %s", result.source, result.message)
