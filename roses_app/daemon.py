@@ -314,7 +314,8 @@ class Daemon:
         feeds make megabytes of JSON) the count of each outcome: ``/sources`` pages
         through them."""
         if not self.metrics.per_source:  # kept up to date by the schedulers: no 100,000-loop
-            outcomes = self.scheduler.outcomes + Counter(
+            # dict() copies in one step (the fetch loop's thread updates the counts)
+            outcomes = Counter(dict(self.scheduler.outcomes)) + Counter(
                 result.status for _, result in self.mail.last_results.values()
             )
             return {
