@@ -49,31 +49,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_logical(config: Config, names: Sequence[str]) -> None:
-    """Each stream's plan as written, then as rewritten; sub-plans shared by several
-    streams (computed once) are marked in both."""
-    from roses_app.algebra.explain import Sharing, format_plan
-    from roses_app.algebra.rewrite import rewrite_streams, summary
-
-    written = [stream.stream for stream in config.streams.values()]
-    applied: dict[str, list[str]] = {}
-    rewritten = {
-        s.name: s for s in rewrite_streams(written, config.settings.namespaces, applied=applied)
-    }
-    before = Sharing.of({s.name: s.plan for s in written})
-    after = Sharing.of({name: s.plan for name, s in rewritten.items()})
-    for name in names:
-        text = format_plan(config.streams[name].plan, sharing=before)
-        new = format_plan(rewritten[name].plan, sharing=after)
-        print(f"== stream {name}: logical plan")
-        print(text)
-        if new == text:
-            print(f"== stream {name}: rewritten plan: unchanged (no rule applies)")
-            continue
-        print(f"== stream {name}: rewritten plan (rules: {summary(applied[name])})")
-        print(new)
-
-
 def cmd_import(args: argparse.Namespace) -> int:
     from roses_app.config.loader import feed_url
     from roses_app.config.opml import import_opml, sources_block
@@ -98,36 +73,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    config = _load(args.config)
-    names = args.streams or list(config.streams)
-    unknown = [n for n in names if n not in config.streams]
-    if unknown:
-        print(
-            f"unknown stream(s): {', '.join(unknown)} (known: {', '.join(config.streams)})",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    _print_logical(config, names)
-    if args.logical_only:
-        return EXIT_OK
-    from roses_app.algebra.explain import format_global
-    from roses_app.spark.runner import Engine, query_frames
-    from roses_app.spark.session import build_session
-    from roses_app.store import Store
+    from roses_app.cli_explain import explain
 
-    settings = config.settings
-    spark = build_session(settings.spark, settings.data_dir / "cache", finite=True)
-    log_dir = settings.data_dir / "spool" / "log"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with Store(settings.data_dir / "store.sqlite") as store:
-        engine = Engine(spark, settings.namespaces, log_dir, settings.data_dir, store)
-        layout, frames = query_frames(engine, [s.stream for s in config.streams.values()])
-    print("== the global plan (every stream; equal sub-plans are one node)")
-    print(format_global(layout.plan, layout.queries()))
-    for qid, frame in frames:
-        print(f"== Spark query {qid}: its plan")
-        frame.explain(extended=True)
-    return EXIT_OK
+    return explain(_load(args.config), args.streams, every=args.all, spark=not args.logical_only)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -232,8 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     once.set_defaults(func=cmd_once)
     command("check", "check feeds.yaml and report every mistake").set_defaults(func=cmd_check)
-    explain = command("explain", "print the logical plan of streams, rewritten, and Spark's plan")
-    explain.add_argument("streams", nargs="*", help="stream names (default: all)")
+    explain = command(
+        "explain", "summarize the plans and queries; print streams' plans, rewritten, and Spark's"
+    )
+    explain.add_argument("streams", nargs="*", help="stream names (default: a summary)")
+    explain.add_argument(
+        "--all", action="store_true", help="every stream's plans and every global plan node"
+    )
     explain.add_argument("--logical-only", action="store_true", help="do not start Spark")
     explain.set_defaults(func=cmd_explain)
     rep = command("replay", "evaluate the streams on a finite event list")

@@ -133,6 +133,9 @@ class MemorySink:
         collected[stream] = {}
         return removed
 
+    def restart_streams(self, streams: Sequence[str]) -> int:
+        return sum(map(self.restart_stream, streams))
+
 
 class FusedFiles:
     """The output files of a :class:`FusedRows`, each file's bytes made when asked:

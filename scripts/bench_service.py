@@ -306,7 +306,11 @@ def generated_config(folder: Path, port: int, args: argparse.Namespace) -> tuple
     settings = scale.spark_settings(folder / "data", args.master)
     settings += f"http: {{host: 127.0.0.1, port: {port}}}\n"
     config = folder / "feeds.yaml"
-    config.write_text(scale.config_text(subs, feeds, settings), "utf-8")
+    subscriptions = None
+    if args.subs >= args.jsonl_from:  # kept as data beside feeds.yaml, as bench_scale does
+        subscriptions = scale.SUBSCRIPTIONS_FILE
+        (folder / subscriptions).write_bytes(scale.subscriptions_jsonl(subs))
+    config.write_text(scale.config_text(subs, feeds, settings, subscriptions), "utf-8")
     parsed = [(item.source, etree.fromstring(item.xml.encode())) for item in items]
     candidates: list[str] = []
     for sub in subs:
@@ -593,6 +597,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_master_and_seed(parser)
     add("--skip-shipped", action="store_true", help="no cold start of the shipped feeds.yaml")
     add("--skip-generated", action="store_true", help="no cold start of the generated config")
+    add(
+        "--jsonl-from",
+        type=int,
+        default=100_000,
+        help="from this --subs on, the subscriptions are in a subscriptions file (100,000)",
+    )
     add("--skip-latency", action="store_true", help="no latency measurement")
     add("--keep", action="store_true", help="keep the working folder (configs, data, logs)")
     args = parser.parse_args(argv)

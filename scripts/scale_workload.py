@@ -410,8 +410,12 @@ def split_by(xpath1: bool) -> str:
     return "lower-case(category[1])"
 
 
-def config_text(subs: Sequence[Subscription], feeds: Path, settings: str) -> str:
-    """feeds.yaml: the 5 file: sources, the split stream, one stream per subscription."""
+def config_text(
+    subs: Sequence[Subscription], feeds: Path, settings: str, subscriptions: str | None = None
+) -> str:
+    """feeds.yaml: the 5 file: sources, the split stream, one stream per subscription
+    (with ``subscriptions``, that file, beside feeds.yaml, holds them instead: see
+    :func:`subscriptions_jsonl`)."""
     lines = ["settings:", *(f"  {line}" for line in settings.strip().splitlines()), "sources:"]
     lines += [f'  {s}: {{feed: "file:{feeds / s}.xml"}}' for s in SOURCES]
     lines += [
@@ -420,6 +424,8 @@ def config_text(subs: Sequence[Subscription], feeds: Path, settings: str) -> str
         f'    split: {{from: {{union: [{", ".join(SOURCES)}]}}, by: "{split_by(False)}"}}',
         "    publish: true",
     ]
+    if subscriptions is not None:
+        return "\n".join([*lines, f"subscriptions: {subscriptions}"]) + "\n"
     for sub in subs:
         origin = (
             sub.sources[0] if len(sub.sources) == 1 else f"{{union: [{', '.join(sub.sources)}]}}"
@@ -428,6 +434,23 @@ def config_text(subs: Sequence[Subscription], feeds: Path, settings: str) -> str
             f'  {sub.name}: {{filter: {{from: {origin}, where: "{sub.xpath31}"}}, publish: true}}'
         )
     return "\n".join(lines) + "\n"
+
+
+def subscriptions_jsonl(subs: Sequence[Subscription]) -> bytes:
+    """The subscriptions as a subscriptions file: one filter stream per line."""
+    return b"".join(
+        json.dumps(
+            {
+                "name": sub.name,
+                "from": sub.sources[0] if len(sub.sources) == 1 else list(sub.sources),
+                "where": sub.xpath31,
+                "publish": True,
+            },
+            ensure_ascii=False,
+        ).encode("utf-8")
+        + b"\n"
+        for sub in subs
+    )
 
 
 def spark_settings(data: Path, master: str, extra: str = "") -> str:

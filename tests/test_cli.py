@@ -107,10 +107,33 @@ def explain_logical(tmp_path: Path, capsys: pytest.CaptureFixture[str], *streams
     return capsys.readouterr().out
 
 
-def test_explain_describes_every_operator_of_time(
+def test_explain_summarizes_by_default_and_prints_every_plan_on_request(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = explain_logical(tmp_path, capsys)
+    config = tmp_path / "feeds.yaml"
+    assert out.splitlines()[:4] == [
+        "== 11 streams over 2 sources: 3 stateless (one fused stage), 8 stateful; 0 published",
+        "== the plans as written: 34 operators and source reads (Source 15, Window 5, "
+        "Filter 5, Delta 1, Unnest 1, Nest 1, WindowedGrouping 1, GroupBy 1, Join 1, Diff 1, "
+        "Semijoin 1, Union 1)",
+        "== rewritten: 1 stream changed (fuse_selections ×1)",
+        "== the global plan: 19 nodes (equal sub-plans are one node), 3 shared by several "
+        "streams (each computed once): Window 5, Filter 3, Source 2, Union 1, Semijoin 1, "
+        "Diff 1, Join 1, GroupBy 1, WindowedGrouping 1, Nest 1, Unnest 1, Delta 1",
+    ]
+    assert f"""Filter σ where "category = 'sport'" [{config}:8]: 2 streams""" in out
+    assert f"   stream both: 4 [{config}:7]" in out
+    assert "== stream" not in out  # no stream's plan in full
+    everything = explain_logical(tmp_path, capsys, "--all")
+    for name in ("both", "sporty", "worldly", "recent", "fresh", "gone"):
+        assert f"== stream {name}: logical plan" in everything
+
+
+def test_explain_describes_every_operator_of_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = explain_logical(tmp_path, capsys, "--all")
     for line in (
         "Semijoin ⋉ on '$i1/category = $i2/category'",
         "  Window ω_time w=2h d=10m",
@@ -239,11 +262,12 @@ def test_explain_prints_sparks_plans(
     fixture = DATA / "replay" / "spine"
     config = tmp_path / "feeds.yaml"
     config.write_text((fixture / "feeds.yaml").read_text().replace("./data", str(tmp_path)))
-    assert main(["explain", "-c", str(config), "topics"]) == 0
+    assert main(["explain", "-c", str(config), "titles"]) == 0
     out = capsys.readouterr().out
-    assert "== the global plan (every stream; equal sub-plans are one node)" in out
+    assert "== the global plan (the nodes of these streams; equal sub-plans are one node)" in out
     # the union of the two filters is one node, shared by two streams
     assert "streams: titles, volcano; query: stateless (fused stage)" in out
+    assert "streams: topics;" not in out  # a node titles does not use
     assert "== Spark query stateless: its plan" in out
     physical = out.split("== Physical Plan ==")[1]
     # Every function of every stream runs in one fused Arrow stage, once per item.

@@ -364,7 +364,8 @@ streams:
 """
     # x-common is not a known key: aliases are for reuse, the key still has to be valid
     assert problems_in(text, tmp_path) == [
-        "1: unknown key 'x-common' in the top level (expected: settings, sources, streams)"
+        "1: unknown key 'x-common' in the top level "
+        "(expected: settings, sources, streams, subscriptions)"
     ]
     config = parse_config(text.replace("x-common:", "settings:\n  fetch:"), tmp_path / "f.yaml")
     assert config.sources["a"].every_seconds == 3600.0

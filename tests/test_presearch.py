@@ -258,7 +258,7 @@ def test_observers_checked_in_feeds_yaml_are_not_parsed_again(tmp_path: Path) ->
     """Reading the config keeps each observer's analysis: a presearcher built in the
     same process, or in a worker that got them shipped, parses nothing."""
     from roses_app.config.loader import load_config
-    from roses_app.xmlfn import presearch_terms
+    from roses_app.xmlfn import presearch_terms, xpath_shapes
 
     where = "contains(lower-case(title), 'lava') and not(category = 'ice')"
     config = tmp_path / "feeds.yaml"
@@ -266,16 +266,20 @@ def test_observers_checked_in_feeds_yaml_are_not_parsed_again(tmp_path: Path) ->
         "sources: {news: {feed: 'http://127.0.0.1:1/news.xml'}}\n"
         f'streams: {{lava: {{filter: {{from: news, where: "{where}"}}}}}}\n'
     )
-    presearch_terms._known.clear()
+    presearch_terms.forget()
     load_config(config)
     item = parse("<item><title>Lava flow</title><category>fire</category></item>")
     shipped = presearch_terms.shipped([where], ())
-    with mock.patch.object(presearch_terms, "syntax_tree", side_effect=AssertionError("parsed")):
+    parsed = AssertionError("parsed")
+    with (
+        mock.patch.object(presearch_terms, "syntax_tree", side_effect=parsed),
+        mock.patch.object(xpath_shapes, "syntax_tree", side_effect=parsed),
+    ):
         assert Presearcher({"lava": where}).match(item) == ({"lava"}, set())
-        presearch_terms._known.clear()  # a worker: nothing known until it is shipped
+        presearch_terms.forget()  # a worker: nothing known until it is shipped
         presearch_terms.remember("program", shipped)
         assert Presearcher({"lava": where}).match(item) == ({"lava"}, set())
-        presearch_terms._known.clear()
+        presearch_terms.forget()
         presearch_terms.remember("program", shipped)  # once per program: not again
         with pytest.raises(AssertionError, match="parsed"):
             Presearcher({"lava": where})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from roses_app.algebra.eventtime import (
@@ -203,13 +204,27 @@ class Sharing:
             return ""
         runs = self.copies.get(node, 1)
         once = "computed once" if runs == 1 else f"the reference computes it once, Spark {runs}×"
-        return f"  (shared by {', '.join(sorted(streams))}: {once})"
+        return f"  (shared by {_names(streams)}: {once})"
 
 
-def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
+NAMED = 10  # streams named in a note; beyond, how many (the note is on each of them)
+
+
+def _names(streams: frozenset[str]) -> str:
+    """The streams, or the first few and how many: a node shared by ten thousand
+    streams is noted in the plan of each, so naming all would be quadratic."""
+    if len(streams) <= NAMED:
+        return ", ".join(sorted(streams))
+    return f"{len(streams):,} streams ({', '.join(sorted(streams)[:3])}, ...)"
+
+
+def format_global(
+    plan: GlobalPlan, queries: Mapping[str, str], *, only: AbstractSet[str] | None = None
+) -> str:
     """The global plan: each node of the DAG (inputs first) with its id, its inputs,
     the streams that share it and the Spark queries that compute it (``queries``:
-    stream -> query id; stateless nodes all run in the fused stage)."""
+    stream -> query id; stateless nodes all run in the fused stage); ``only``: the
+    nodes these streams use."""
     frontier = set(plan.frontier())
     copies = spark_copies(plan.streams)
     lines = [
@@ -223,6 +238,8 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
             readers.setdefault(read, []).append(dag.node)
     roots = set(plan.roots.values())
     for dag in plan.nodes.values():
+        if only is not None and only.isdisjoint(dag.streams):
+            continue
         where = f" [{dag.node.origin.file}:{dag.node.origin.line}]" if dag.node.origin.line else ""
         side = dag.id not in roots and all(runs_window(r, dag.node) for r in readers[dag.id])
         inputs = f" <- {', '.join(dag.inputs)}" if dag.inputs else ""
@@ -235,7 +252,7 @@ def format_global(plan: GlobalPlan, queries: Mapping[str, str]) -> str:
                 runs += " (fused tail)"
             else:
                 runs += "; computed once" if times == 1 else f"; Spark runs it {times}×"
-        users = ", ".join(sorted(dag.streams))
+        users = _names(dag.streams)
         lines.append(f"{dag.id} {describe(dag.node, side=side)}{where}{inputs}")
         lines.append(f"    streams: {users}; query: {runs}")
     return "\n".join(lines)

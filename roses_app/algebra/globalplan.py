@@ -74,7 +74,7 @@ def is_stateless(node: Node) -> bool:
     return is_stateless_in(node, {})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per node of the global plan
 class DagNode:
     """One node of the DAG: its id, the ids of its inputs, the streams that use it."""
 

@@ -18,8 +18,9 @@ import hashlib
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
 from typing import Any
+
+from roses_app.algebra.cached import computed_once, kept_repr
 
 # re-exported: the plan's value parameters are imported from here too
 from roses_app.algebra.specs import TICKS as TICKS
@@ -34,10 +35,10 @@ from roses_app.algebra.specs import XQuery as XQuery
 TIME_MODES = ("ingest", "published")
 
 # Attributes a node computes once and keeps (never pickled: recomputed on use).
-_CACHED = ("digest", "_hash", "tree_size", "analysis", "_inputs")
+_CACHED = ("digest", "_hash", "tree_size", "analysis", "_inputs", "_text")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per plan node
 class Origin:
     """Where a node was written: ``file:line``, in which stream, which step."""
 
@@ -55,8 +56,11 @@ def _encode(value: object) -> bytes:
     digest, a tuple or dataclass (an XQuery, a window spec) by its compared parts,
     anything else (str, int, None) by its repr."""
     if isinstance(value, Node):
-        body = value.digest
-    elif isinstance(value, tuple):
+        return b"N" + len(value.digest).to_bytes(8, "big") + value.digest
+    if type(value) is str:  # (most fields: the same bytes as below, sooner)
+        text = repr(value).encode("utf-8")
+        return b"V" + len(text).to_bytes(8, "big") + text
+    if isinstance(value, tuple):
         body = b"".join(_encode(v) for v in value)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         parts = [type(value).__name__.encode()]
@@ -118,18 +122,20 @@ class Node:
 
     origin: Origin = field(default=Origin(), compare=False, repr=False, kw_only=True)
 
-    @cached_property
+    @computed_once
     def digest(self) -> bytes:
         """SHA-256 of what the node computes: its type, its compared fields and its
         inputs' digests (a Merkle hash), computed once per node.  Two nodes are
         equal when their digests are: the dataclass equality of their fields, short
         of a SHA-256 collision, in constant time however shared their inputs are."""
         h = hashlib.sha256(type(self).__name__.encode())
-        for f in _identity_fields(self):
-            h.update(_encode(getattr(self, f.name)))
+        for f, later in _compared_fields(type(self)):  # (_identity_fields, inline)
+            value = getattr(self, f.name)
+            if not (later and value == f.default):
+                h.update(_encode(value))
         return h.digest()
 
-    @cached_property
+    @computed_once
     def analysis(self) -> dict[str, Any]:
         """What analyses of the plan found of this node object (the operators of time
         :mod:`roses_app.algebra.eventtime` finds), kept once computed: each depends on
@@ -137,11 +143,11 @@ class Node:
         again at every level."""
         return {}
 
-    @cached_property
+    @computed_once
     def _hash(self) -> int:
         return int.from_bytes(self.digest[:8], "big", signed=True)
 
-    @cached_property
+    @computed_once
     def tree_size(self) -> int:
         """How many nodes the plan would have as a tree (shared inputs counted once
         per path): what a walk that forgets what it did would visit."""
@@ -165,7 +171,7 @@ class Node:
         """The inputs: the fields holding a node or a tuple of nodes, in field order."""
         return self._inputs
 
-    @cached_property
+    @computed_once
     def _inputs(self) -> tuple[Node, ...]:
         out: list[Node] = []
         for f in _fields_of(type(self)):
@@ -232,8 +238,10 @@ class Source(Node):
     name: str
     time: str = field(default="ingest", metadata=LATER)
 
-    def __repr__(self) -> str:
-        return _repr(self)
+    def __repr__(self) -> str:  # _repr's text, sooner: every stream reads sources
+        if self.time == "ingest":
+            return f"Source(name={self.name!r})"
+        return f"Source(name={self.name!r}, time={self.time!r})"
 
     def __post_init__(self) -> None:
         if self.time not in TIME_MODES:
@@ -459,6 +467,10 @@ NODE_TYPES: tuple[type[Node], ...] = (
     Nest,
     Unnest,
 )
+
+
+for _kind in NODE_TYPES:  # each node's text made once (see kept_repr)
+    _kind.__repr__ = kept_repr(_kind.__repr__)  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)

@@ -392,10 +392,23 @@ def rewrite(
 
 
 def _in_several(plans: Sequence[Node]) -> set[Node]:
-    seen: Counter[Node] = Counter()
-    for plan in plans:
-        seen.update({n for n in plan.walk() if not isinstance(n, Source)})
-    return {node for node, count in seen.items() if count > 1}
+    """The sub-plans (sources aside) found in two plans or more, short of those found
+    only inside a larger such one: below a node met before, nothing is walked again
+    (what :func:`kept_shared` keeps is the same; 100,000 plans: 2.1 s to 0.9 s)."""
+    first: dict[Node, int] = {}  # node -> the first plan it was met in
+    several: set[Node] = set()
+    for index, plan in enumerate(plans):
+        todo, here = [plan], set()
+        while todo:
+            node = todo.pop()
+            if id(node) in here:
+                continue
+            here.add(id(node))
+            if first.setdefault(node, index) != index:
+                several.add(node)  # met in an earlier plan, and so is all below it
+            else:
+                todo.extend(node.children())
+    return {node for node in several if not isinstance(node, Source)}
 
 
 def kept_shared(plans: Sequence[Node]) -> list[Node]:
@@ -440,8 +453,10 @@ def rewrite_streams(
         run = _Run(RULES, env, frozen=frozenset(done.values()))
         done[node] = run.fixpoint(_substitute(node, done), True)
     out = []
+    # made once: one per stream cost 100,000 streams sharing 14,000 plans an hour
+    frozen, kept_set = frozenset(done.values()), frozenset(kept)
     for stream in streams:
-        run = _Run(RULES, env, frozen=frozenset(done.values()), kept=frozenset(kept))
+        run = _Run(RULES, env, frozen=frozen, kept=kept_set)
         out.append(replace(stream, plan=run.fixpoint(stream.plan, False)))
         if applied is not None:
             applied[stream.name] = run.applied

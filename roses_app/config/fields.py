@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from roses_app.config.durations import DURATION_HINT, SIZE_HINT, parse_duration, parse_size
@@ -22,14 +23,25 @@ NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class Problems:
-    """The mistakes found in one config file, in the order found."""
+    """The mistakes found in a config file (and the files it names: see :meth:`at`),
+    in the order found."""
 
     def __init__(self, file: str) -> None:
-        self.file = file
+        self.main = file
+        self.file = file  # where the lines of :meth:`add` are
         self.items: list[ConfigProblem] = []
 
     def add(self, line: int, message: str) -> None:
         self.items.append(ConfigProblem(self.file, line, message))
+
+    @contextmanager
+    def at(self, file: str) -> Iterator[None]:
+        """Lines of :meth:`add` are lines of ``file`` within the block."""
+        outer, self.file = self.file, file
+        try:
+            yield
+        finally:
+            self.file = outer
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -38,14 +50,15 @@ class Problems:
         return len(self.items)
 
     def result(self) -> list[ConfigProblem]:
-        """The problems without repeats, by line (stable within a line)."""
+        """The problems without repeats, by file and line (stable within a line)."""
         seen: set[ConfigProblem] = set()
         unique = []
         for problem in self.items:
             if problem not in seen:
                 seen.add(problem)
                 unique.append(problem)
-        return sorted(unique, key=lambda p: p.line)
+        # the config file's first, then each other file's, by line
+        return sorted(unique, key=lambda p: (p.file != self.main, p.file, p.line))
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -1,15 +1,21 @@
 """The size limits of a feeds.yaml, in one place (the README's feeds.yaml section
 states them).
 
-They keep a small file from costing a lot: YAML aliases let a few hundred bytes
-stand for billions of values, and stream references let a few lines stand for a
-plan of 2^N paths.  Plans stay DAGs (a stream used twice is one sub-plan), so what
-costs is the number of distinct operators and how deep they nest; the YAML limits
-apply while the file is read, before anything is expanded.
+They bound what a config costs, not how many streams it has: reading a config and
+planning its streams is linear in what is written, so what could run away is what a
+few bytes can stand for.  YAML aliases let a few hundred bytes stand for billions of
+values, and stream references let a few lines stand for a plan of 2^N paths; plans
+stay DAGs (a stream used twice is one sub-plan), so what costs there is how deep
+operators nest.  The bytes of the files bound everything else (a hundred thousand
+keyword subscriptions are 15 MB of feeds.yaml, 12 MB of subscriptions file); the
+YAML limits apply while the file is read, before anything is expanded.
 """
 
 from __future__ import annotations
 
+# Bytes of feeds.yaml, and of each subscriptions file it names (a config holds
+# everything it reads in memory, plans included: about 4 kB per keyword subscription).
+MAX_CONFIG_BYTES = 256 * 1024 * 1024
 # Aliases (``*name``) written in the file.
 MAX_YAML_ALIASES = 1_000
 # Values (mappings, lists, scalars) the aliases of the file stand for, counted as if
@@ -17,12 +23,13 @@ MAX_YAML_ALIASES = 1_000
 MAX_YAML_ALIAS_VALUES = 100_000
 # Mappings and lists nested in one another.
 MAX_YAML_DEPTH = 200
-# Operators and source reads in the plans of all streams; a stream used by name in
-# others counts once, an inline copy or an alias of its text counts again.
-MAX_PLAN_NODES = 100_000
 # Operators on the longest path from a stream's output down to a source, through
 # the streams it uses by name.
 MAX_PLAN_DEPTH = 100
+# Characters of one XPath expression (an observer, an accessor, a key): elementpath
+# parses and evaluates by recursion, and an expression of ten thousand characters
+# may nest deeper than Python allows (370 terms joined by ``or``).
+MAX_EXPRESSION_CHARS = 5_000
 # Operators of time (and what reads them) that Spark runs for all stateful streams:
 # Spark shares no sub-plan between the branches of a query: a stateful sub-plan read
 # by k stateful operators runs k times (the stateless reads share one copy, see

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from roses_app.algebra.plan import TIME_MODES, Node, Origin
 from roses_app.config.fields import Problems, Section, check_name
+from roses_app.config.limits import MAX_CONFIG_BYTES
 from roses_app.config.mail import mail_source
 from roses_app.config.model import (
     Config,
@@ -43,24 +44,33 @@ from roses_app.config.streams import (
     XPathChecker,
     check_event_time,
     check_stateful_copies,
+    stateful_streams,
 )
+from roses_app.config.subscriptions import Subscriptions, read_subscriptions
 from roses_app.config.yamlmarks import Marked, describe, load
 from roses_app.errors import ConfigError, ConfigProblem
-from roses_app.heap import collector_paused
+from roses_app.heap import building_long_lived
 
-TOP_KEYS = ("settings", "sources", "streams")
+TOP_KEYS = ("settings", "sources", "streams", "subscriptions")
 
 
 def load_config(path: str | Path) -> Config:
     """Load and validate feeds.yaml; raise ConfigError with every problem found."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        size = path.stat().st_size
+        data = path.read_bytes() if size <= MAX_CONFIG_BYTES else b""
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ConfigError(
             [ConfigProblem(str(path), 0, f"cannot read the config file: {reason}")]
         ) from None
+    if size > MAX_CONFIG_BYTES:
+        message = (
+            f"the config file has {size:,} bytes, more than the {MAX_CONFIG_BYTES:,} it "
+            "may have: keep large sets of subscriptions in subscriptions files"
+        )
+        raise ConfigError([ConfigProblem(str(path), 0, message)])
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -71,7 +81,7 @@ def load_config(path: str | Path) -> Config:
     # reading makes many small objects that all stay (nodes, values, plans, parsed
     # XPath) and few cycles: the collector walking them again and again cost a
     # config of ten thousand streams 3 of its 7 s
-    with collector_paused():
+    with building_long_lived():
         return parse_config(text, path)
 
 
@@ -102,12 +112,14 @@ def parse_config(
             f"got {describe(root)}",
         )
         raise ConfigError(problems.result())
+    # streams: may be left out when subscriptions files hold them
+    streams_required = ("streams",) if "subscriptions" not in root.value else ()
     top = Section(
         problems,
         root,
         "the top level",
-        required=("sources", "streams"),
-        optional=("settings",),
+        required=("sources", *streams_required),
+        optional=("settings", "streams", "subscriptions"),
         line=1,
         order=TOP_KEYS,
     )
@@ -117,8 +129,11 @@ def parse_config(
     section = {k: v if v is not None and v.value is not None else None for k, v in section.items()}
     settings = settings_section(problems, section["settings"], base_dir)
     sources, declared = _sources(problems, section["sources"], base_dir, settings.fetch)
+    written = _stream_bodies(problems, section["streams"], declared)
+    subscriptions = read_subscriptions(problems, section["subscriptions"], base_dir)
+    _add_subscriptions(problems, written, subscriptions, declared)
     streams = _streams(
-        problems, file, section["streams"], declared, sources, settings, xpath_checker
+        problems, file, written, declared, sources, settings, xpath_checker, subscriptions.files
     )
 
     if problems:
@@ -268,15 +283,10 @@ def feed_url(text: str, base_dir: Path) -> str:
 # -- streams -------------------------------------------------------------------------------
 
 
-def _streams(
-    problems: Problems,
-    file: str,
-    node: Marked | None,
-    declared: dict[str, int],
-    sources: dict[str, SourceConfig],
-    settings: Settings,
-    xpath_checker: XPathChecker,
-) -> dict[str, StreamConfig]:
+def _stream_bodies(
+    problems: Problems, node: Marked | None, declared: dict[str, int]
+) -> dict[str, tuple[Marked, int]]:
+    """The streams of feeds.yaml: name -> (body, line), names checked."""
     if node is None:
         return {}
     if not node.is_map:
@@ -284,8 +294,8 @@ def _streams(
             node.line, f"streams must be a mapping of stream names to streams, got {describe(node)}"
         )
         return {}
-    bodies: dict[str, Marked] = node.value
-    for name in node.value:
+    bodies = {}
+    for name, body in node.value.items():
         line = node.key_line(name)
         check_name(problems, name, line, "stream")
         if name in declared:
@@ -294,32 +304,74 @@ def _streams(
                 f"stream {name!r} has the same name as the source at line {declared[name]}; "
                 "sources and streams share one namespace (rename one of them)",
             )
+        bodies[name] = (body, line)
+    return bodies
 
+
+def _add_subscriptions(
+    problems: Problems,
+    bodies: dict[str, tuple[Marked, int]],
+    subscriptions: Subscriptions,
+    declared: dict[str, int],
+) -> None:
+    """The subscriptions after feeds.yaml's streams; one whose name is taken is not."""
+    for name, body in subscriptions.bodies.items():
+        line = subscriptions.lines[name]
+        taken = declared.get(name) or (bodies[name][1] if name in bodies else None)
+        if taken is not None:
+            kind = "source" if name in declared else "stream"
+            with problems.at(subscriptions.files[name]):
+                problems.add(
+                    line,
+                    f"subscription {name!r} has the same name as the {kind} at "
+                    f"{problems.main}:{taken}; sources, streams and subscriptions share "
+                    "one namespace (rename one of them)",
+                )
+            continue
+        bodies[name] = (body, line)
+
+
+def _streams(
+    problems: Problems,
+    file: str,
+    written: dict[str, tuple[Marked, int]],
+    declared: dict[str, int],
+    sources: dict[str, SourceConfig],
+    settings: Settings,
+    xpath_checker: XPathChecker,
+    files: dict[str, str] | None = None,
+) -> dict[str, StreamConfig]:
+    """Every stream's plan (``files``: the streams written in another file than
+    feeds.yaml, the subscriptions')."""
+    bodies = {name: body for name, (body, _) in written.items()}
+    files = files if files is not None else {}
     times = {name: source.time for name, source in sources.items() if source.time != "ingest"}
     for name, body in bodies.items():
         if body.is_map and "time" in body.value:
             times[name] = _time_mode(problems, body, f"streams.{name}")
     planner = StreamPlanner(
         problems,
-        file,
         list(declared),
         bodies,
         settings.namespaces,
         xpath_checker,
         times,
         settings.lateness,
+        files,
     )
     out: dict[str, StreamConfig] = {}
-    for name, body in bodies.items():
-        line = node.key_line(name)
+    for name, (body, line) in written.items():
         plan: Node | None = planner.plan(name)
+        problems.file = where = files.get(name, file)  # (a context manager per stream: 1 s)
         publish = _publish(problems, name, body.value.get("publish") if body.is_map else None)
+        problems.file = file
         if plan is not None:
             out[name] = StreamConfig(
-                name=name, plan=plan, publish=publish, origin=Origin(file, line, name, name)
+                name=name, plan=plan, publish=publish, origin=Origin(where, line, name, name)
             )
-    check_stateful_copies(problems, [s.stream for s in out.values()], settings.namespaces)
-    check_event_time(problems, [s.stream for s in out.values()])
+    stateful = stateful_streams([s.stream for s in out.values()])
+    check_stateful_copies(problems, stateful, settings.namespaces)
+    check_event_time(problems, stateful)
     return out
 
 

@@ -160,7 +160,7 @@ class MailSource:
 SourceConfig = FeedSource | MailSource
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (one per stream, as below)
 class Publish:
     """How a stream is published; ``keep_count`` items per feed document."""
 
@@ -169,7 +169,7 @@ class Publish:
     keep_count: int = 50
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a hundred thousand subscriptions: 100,000
 class StreamConfig:
     name: str
     plan: Node

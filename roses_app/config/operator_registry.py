@@ -58,9 +58,13 @@ class Planner(Protocol):
     (:class:`roses_app.config.streams.StreamPlanner`)."""
 
     problems: Problems
-    file: str
     namespaces: tuple[tuple[str, str], ...]
     lateness: int  # settings.lateness (µs): the default allowed lateness
+
+    @property
+    def file(self) -> str:
+        """The file of the stream being planned."""
+        ...
 
     def node(self, value: Marked, stream: str, step: str, *, root: bool) -> Node | None: ...
 

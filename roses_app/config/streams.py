@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from roses_app.algebra.plan import Node, Origin, Source, Split, Stream
+from roses_app.algebra.plan import Filter, Map, Node, Origin, Source, Split, Stream, Union
 from roses_app.config import streams_stateless, streams_time
 from roses_app.config.fields import NAME_RE, Problems, did_you_mean, listing
-from roses_app.config.limits import MAX_PLAN_DEPTH, MAX_PLAN_NODES, MAX_STATEFUL_COPIES
+from roses_app.config.limits import MAX_EXPRESSION_CHARS, MAX_PLAN_DEPTH, MAX_STATEFUL_COPIES
 from roses_app.config.operator_registry import (
     XQUERY_FILE,
     Builder,
@@ -45,6 +45,7 @@ STREAM_KEYS: tuple[str, ...] = ("publish", "time")
 
 # The handler modules, in registration order.
 HANDLER_MODULES = (streams_stateless, streams_time)
+STATELESS_NODES = (Source, Filter, Map, Union, Split)
 
 
 class StreamPlanner:
@@ -53,20 +54,21 @@ class StreamPlanner:
     def __init__(
         self,
         problems: Problems,
-        file: str,
         sources: Sequence[str],
         bodies: dict[str, Marked],
         namespaces: tuple[tuple[str, str], ...],
         xpath_checker: XPathChecker,
         times: dict[str, str] | None = None,
         lateness: int = 0,
+        files: dict[str, str] | None = None,
     ) -> None:
         self.lateness = lateness
+        # stream name -> the file it is written in, when not ``file`` (subscriptions)
+        self.files = files or {}
         # source or stream name -> its time: (a stream's applies to the sources it
         # names itself; a stream it names keeps its own)
         self.times = times or {}
         self.problems = problems
-        self.file = file
         self.sources = set(sources)
         self.bodies = bodies
         self.known = [*sources, *(n for n in bodies if n not in self.sources)]
@@ -75,8 +77,13 @@ class StreamPlanner:
         self.plans: dict[str, Node | None] = {}
         self.stack: list[str] = []
         self.level = 0  # operators being built, one inside the other (references inlined)
-        self.built = 0  # plan nodes built (a stream used by name is built once)
-        self.depths: dict[Node, int] = {}  # node -> its depth in operators
+        # id(node) -> its depth in operators (and the node, which keeps the id its own)
+        self.depths: dict[int, tuple[int, Node]] = {}
+
+    @property
+    def file(self) -> str:
+        """The file of the stream being planned (its lines are that file's)."""
+        return self.problems.file
 
     # -- streams ---------------------------------------------------------------------
 
@@ -85,25 +92,30 @@ class StreamPlanner:
         if name in self.plans:
             return self.plans[name]
         self.stack.append(name)
+        # the problems of its lines are in its file (no context manager: one per
+        # stream cost 100,000 subscriptions a second)
+        outer = self.problems.file
+        self.problems.file = self.files.get(name, self.problems.main)
         try:
             plan = self.node(self.bodies[name], name, name, root=True)
         finally:
             self.stack.pop()
+            self.problems.file = outer
         self.plans[name] = plan
         return plan
 
     def reference(self, name: str, line: int, stream: str, step: str, root: bool) -> Node | None:
         if name in self.sources:
-            if not self._count(line):
-                return None
             time = self.times.get(stream) or self.times.get(name, "ingest")
             origin = Origin(self.file, line, stream, f"{step}/source:{name}")
             return Source(name, time, origin=origin)
         if name not in self.bodies:
+            # close names among a hundred thousand cost a second each: sources only
+            close = self.known if len(self.known) <= 5_000 else sorted(self.sources)
             self.problems.add(
                 line,
                 f"stream {stream!r} refers to unknown source or stream {name!r}"
-                f"{did_you_mean(name, self.known)} (known: {listing(self.known)})",
+                f"{did_you_mean(name, close)} (known: {listing(self.known)})",
             )
             return None
         if name in self.stack:
@@ -179,8 +191,6 @@ class StreamPlanner:
                 f"{name} is only allowed at the root of a stream (make it a stream of its own)",
             )
             return None
-        if not self._count(line):
-            return None
         origin = Origin(self.file, line, stream, f"{step}/{name}")
         if self.level >= MAX_PLAN_DEPTH:  # before recursing further: a chain may be long
             self._too_deep(line, self.stack[0] if self.stack else stream, " down to here")
@@ -194,27 +204,17 @@ class StreamPlanner:
 
     # -- limits ----------------------------------------------------------------------
 
-    def _count(self, line: int) -> bool:
-        """Count one more plan node; False (reported once) beyond MAX_PLAN_NODES."""
-        self.built += 1
-        if self.built == MAX_PLAN_NODES + 1:
-            self.problems.add(
-                line,
-                f"the streams have more than {MAX_PLAN_NODES:,} operators and source reads "
-                "with this one, the limit of feeds.yaml (inline copies and YAML aliases count "
-                "once per copy): refer to shared parts by stream name, which counts once",
-            )
-        return self.built <= MAX_PLAN_NODES
-
     def _checked_depth(self, node: Node, line: int, stream: str) -> Node | None:
         """``node``, or None (reported) when it nests more than MAX_PLAN_DEPTH operators.
-        Depths are kept per node, so a plan used by many streams is measured once."""
-        below = (self.depths.get(child, 0) for child in node.children())
+        Depths are kept per node object (no hashing: a node's digest is not needed to
+        check a config), so a plan used by many streams is measured once."""
+        depths = self.depths
+        below = (depths[id(child)][0] if id(child) in depths else 0 for child in node.children())
         depth = 1 + max(below, default=0)
         if depth > MAX_PLAN_DEPTH:
             self._too_deep(line, stream, " here")
             return None
-        self.depths[node] = depth
+        depths[id(node)] = (depth, node)
         return node
 
     def _too_deep(self, line: int, stream: str, where: str) -> None:
@@ -230,8 +230,22 @@ class StreamPlanner:
     def check_xpath(self, expr: str, line: int, field: str, variables: tuple[str, ...]) -> bool:
         from roses_app.errors import ExpressionError
 
+        if len(expr) > MAX_EXPRESSION_CHARS:
+            self.problems.add(
+                line,
+                f"{field} is {len(expr):,} characters long, more than the {MAX_EXPRESSION_CHARS:,} "
+                "of an XPath expression (the limit of feeds.yaml): split it between streams",
+            )
+            return False
         try:
             self.xpath_checker(expr, self.namespaces, variables)
+        except RecursionError:
+            self.problems.add(
+                line,
+                f"{field} nests too deeply for the XPath parser (parentheses, or terms joined "
+                "by and/or): split it between streams",
+            )
+            return False
         except ExpressionError as exc:
             detail = str(exc.__cause__ or exc)
             if "XPST0081" in detail:
@@ -241,18 +255,38 @@ class StreamPlanner:
         return True
 
 
+def stateful_streams(streams: Sequence[Stream]) -> list[Stream]:
+    """The streams with an operator of time: what the checks below look at (filters,
+    maps, unions and splits add no Spark operator and read no publication time).
+    Each node object is looked at once, by its id: hashing a hundred thousand plans
+    only to find them stateless cost seconds."""
+    memo: dict[int, bool] = {}
+    return [stream for stream in streams if not _stateless(stream.plan, memo)]
+
+
+def _stateless(node: Node, memo: dict[int, bool]) -> bool:
+    """(A function of the module, not a closure calling itself: that would be a cycle,
+    which the config's reading, frozen after it, never collects: see heap.)"""
+    found = memo.get(id(node))
+    if found is None:  # recursion: plans are at most MAX_PLAN_DEPTH deep
+        found = isinstance(node, STATELESS_NODES) and all(
+            _stateless(child, memo) for child in node.children()
+        )
+        memo[id(node)] = found
+    return found
+
+
 def check_stateful_copies(
     problems: Problems, streams: Sequence[Stream], namespaces: tuple[tuple[str, str], ...]
 ) -> None:
     """Report (once, at the stream that goes beyond) plans whose stateful part Spark
     would run more than MAX_STATEFUL_COPIES operators for.  The written plans are
     counted first; only when they go beyond are they rewritten (a union of one
-    stateful stream with itself is that stream) and counted again.  Stateless streams
-    add no operator, so they are left out (ten thousand filters: 0.26 s to 0.11 s)."""
-    from roses_app.algebra.eventtime import stateless
+    stateful stream with itself is that stream) and counted again.  ``streams``: the
+    :func:`stateful_streams` (stateless ones add no operator)."""
+    if not streams:
+        return
     from roses_app.algebra.tails import operator_count
-
-    streams = [stream for stream in streams if not stateless(stream.plan)]
 
     def beyond(plans: Sequence[Stream]) -> Stream | None:
         for stream, total in operator_count(plans):
@@ -278,14 +312,13 @@ def check_stateful_copies(
 
 def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
     """Report the operators of time that read items in publication time and that the
-    engines cannot run on out-of-order input (each node once)."""
-    from roses_app.algebra.eventtime import publishes_late, stateless
+    engines cannot run on out-of-order input (each node once).  ``streams``: the
+    :func:`stateful_streams` (filters, maps, unions, splits: nothing to report)."""
+    from roses_app.algebra.eventtime import publishes_late
     from roses_app.algebra.unsupported import unsupported_on_event_time
 
     seen: set[Node] = set()
     for stream in streams:
-        if stateless(stream.plan):  # filters, maps, unions, splits: nothing to report
-            continue  # (ten thousand filters: 0.5 s of reading the config)
         for node, reason in unsupported_on_event_time(stream.plan):
             if node in seen:
                 continue
@@ -319,5 +352,6 @@ __all__ = [
     "operator",
     "operator_names",
     "register_operator",
+    "stateful_streams",
     "xquery_argument",
 ]

@@ -22,8 +22,9 @@ anything is expanded.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -43,11 +44,17 @@ from roses_app.config.limits import MAX_YAML_ALIAS_VALUES, MAX_YAML_ALIASES, MAX
 MAP_TAG = "tag:yaml.org,2002:map"
 SEQ_TAG = "tag:yaml.org,2002:seq"
 MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"
 
 Report = Callable[[int, str], None]
+NO_KEYS: Mapping[str, int] = MappingProxyType({})
 
 
-@dataclass(eq=False)
+def _no_keys() -> Mapping[str, int]:
+    return NO_KEYS
+
+
+@dataclass(eq=False, slots=True)
 class Marked:
     """One YAML value and the 1-based line where it starts.
 
@@ -58,7 +65,9 @@ class Marked:
 
     value: Any
     line: int
-    key_lines: dict[str, int] = field(default_factory=dict)
+    # (a value that is not a mapping shares one empty mapping: a config of a hundred
+    # thousand streams has a million values)
+    key_lines: Mapping[str, int] = field(default_factory=_no_keys)
     # a scalar's text as written (``2024`` for the int 2024); None for mappings and lists
     text: str | None = None
 
@@ -361,6 +370,8 @@ class _Converter:
         return result
 
     def _scalar(self, node: yaml.Node, path: str, line: int) -> Marked:
+        if node.tag == STR_TAG:  # the safe constructor's string is the scalar's text
+            return Marked(node.value, line, text=node.value)  # (sooner: most values)
         problem = None
         try:
             value = self.loader.construct_object(node, deep=True)

@@ -13,6 +13,7 @@ as for any ``mapInArrow``.
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -102,12 +103,14 @@ def fused_frame(
     on_bad = bad_line_hook(errors)
     analyses = shipped_analyses(program) if presearch else b""
     key = program.key  # computed here, so it travels with the program to each task
+    sent = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)  # see received()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from roses_app.xmlfn.fused import run_program
         from roses_app.xmlfn.presearch_terms import remember
 
         remember(key, analyses)
+        program = received(key, sent)
         for batch in batches:
             # the batch's objects all die here: freed before the collector is back
             # on, none is walked by a collection (one per batch cost 5 % of the stage)
@@ -131,6 +134,21 @@ def fused_frame(
             yield out
 
     return events.select(LINE_COLUMN).mapInArrow(run, FUSED_DDL)
+
+
+_received: dict[str, Program] = {}  # in a worker: its programs, by key
+
+
+def received(key: str, sent: bytes) -> Program:
+    """The program of a task, unpickled once per worker process.  It travels as bytes
+    (pickled by the driver once) rather than in the task's closure: cloudpickle called
+    Python code for each of its objects (100,000 steps: 3 s of the driver's start-up)
+    and each task unpickled it again."""
+    found = _received.get(key)
+    if found is None:
+        with collector_paused():  # many small objects, no cycle
+            found = _received[key] = pickle.loads(sent)  # bytes of our own driver
+    return found
 
 
 def bad_line_hook(errors: Accumulator[dict[str, int]] | None) -> Callable[[str, str], None]:

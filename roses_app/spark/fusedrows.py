@@ -138,12 +138,20 @@ class FusedRows:
         flat, rows = self._outputs()
         parts = self.table.column("part").combine_chunks().dictionary_encode()
         codes = parts.indices.to_numpy()[rows]
-        ts = self.table.column("ts").to_numpy()[rows]
-        seq = self.table.column("seq").to_numpy()[rows]
-        order = np.lexsort((seq, ts, codes, flat))  # the last key first
-        flat, codes, rows, ts, seq = (a[order] for a in (flat, codes, rows, ts, seq))
+        # the rows in event order (ts, seq; a stable sort: ties by row), so that each
+        # (output, row) pair sorts by three int32 keys rather than five arrays of its
+        # own (100,000 subscriptions, 7.5 million pairs: 600 MB less at the peak)
+        ts_row = self.table.column("ts").to_numpy()
+        seq_row = self.table.column("seq").to_numpy()
+        rank = np.empty(len(ts_row), dtype=np.int32)
+        rank[np.lexsort((seq_row, ts_row))] = np.arange(len(ts_row), dtype=np.int32)
+        order = np.lexsort((rank[rows], codes, flat))  # the last key first
+        flat, codes, rows = flat[order], codes[order], rows[order].astype(np.int32)
+        del order
         group = (flat[1:] != flat[:-1]) | (codes[1:] != codes[:-1])
-        ties = ~group & (ts[1:] == ts[:-1]) & (seq[1:] == seq[:-1])
+        ties = ~group
+        ties &= ts_row[rows[1:]] == ts_row[rows[:-1]]
+        ties &= seq_row[rows[1:]] == seq_row[rows[:-1]]
         if ties.any():  # items of one event in one part of an output (a union of maps)
             rows = _by_item(rows, ties, self.items())
         edges = np.flatnonzero(group) + 1

@@ -83,6 +83,10 @@ class Sink(Ledger, Protocol):
         """Forget a stream's output: it is computed again."""
         ...
 
+    def restart_streams(self, streams: Sequence[str]) -> int:
+        """:meth:`restart_stream` of each (at once)."""
+        ...
+
     def set_versions(self, versions: dict[str, str]) -> None:
         """Record the plans of stateless streams whose output is now complete."""
         ...
@@ -334,8 +338,7 @@ def backfill_stateless(engine: Engine, layout: Layout) -> None:
     the spool the stateless query has already read, then record them as published."""
     if not layout.new_stateless:
         return
-    for stream in layout.new_stateless:
-        engine.sink.restart_stream(stream.name)
+    engine.sink.restart_streams([stream.name for stream in layout.new_stateless])
     if layout.position > 0:
         plan = layout.plan
         log.info(
@@ -401,11 +404,13 @@ def generation_frame(engine: Engine, generation: Generation) -> DataFrame:
 
 
 def query_frames(
-    engine: Engine, streams: Sequence[Stream]
+    engine: Engine, streams: Sequence[Stream], *, rewritten: bool = False
 ) -> tuple[Layout, list[tuple[str, DataFrame]]]:
     """What ``start_queries`` would run now, without starting or changing anything
-    (for ``roses explain``): the layout and each query's frame."""
-    streams = rewrite_streams(streams, engine.namespaces)
+    (for ``roses explain``): the layout and each query's frame (``rewritten``: the
+    streams are rewritten already)."""
+    if not rewritten:
+        streams = rewrite_streams(streams, engine.namespaces)
     cores = engine.spark.sparkContext.defaultParallelism
     layout = plan_layout(streams, engine.namespaces, engine.checkpoints, engine.sink, 0, cores)
     frames = [(STATELESS_QUERY, stateless_query(engine, layout)[0])] if layout.query_ids() else []

@@ -19,13 +19,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
 from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program, Step
-from roses_app.heap import collector_paused, freeze_long_lived
+from roses_app.heap import building_long_lived, collector_paused
 from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn.batch import (
     OnError,
@@ -35,7 +34,7 @@ from roses_app.xmlfn.batch import (
     report,
     splitter_fn,
 )
-from roses_app.xmlfn.xpath import parse, thread_parser
+from roses_app.xmlfn.xpath import Namespaces, parse, thread_parser
 
 if TYPE_CHECKING:
     from roses_app.xmlfn.presearch import Presearcher
@@ -92,10 +91,14 @@ class LazyFunctions(dict[int, ItemFunction]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.makers: dict[int, Callable[[], ItemFunction]] = {}
+        # step -> (the maker of its function, the expression): a tuple, not a
+        # partial, per step (a hundred thousand filters: 23 MB in each worker)
+        self.makers: dict[int, tuple[Callable[[str, Namespaces], Any], str]] = {}
+        self.namespaces: Namespaces = ()
 
     def __missing__(self, step: int) -> ItemFunction:
-        made = self[step] = self.makers[step]()
+        make, expr = self.makers[step]
+        made = self[step] = make(expr, self.namespaces)
         return made
 
 
@@ -146,10 +149,11 @@ def compiled(program: Program, *, presearch: bool = True) -> Compiled:
         found = _cache.get(key)
         if found is None:
             # long-lived objects and no cycles: collections during the build walked them
-            # again and again (10,000 observers: 1.3-1.6 s -> 0.7-0.8 s)
-            with collector_paused():
+            # again and again (10,000 observers: 1.3-1.6 s -> 0.7-0.8 s), and frozen
+            # after it without the full collection, which walked them once more
+            # (100,000 observers: 1 s of each worker's 6)
+            with building_long_lived():
                 found = _cache[key] = _compile(program, presearch)
-            freeze_long_lived()  # compiled once, used for every batch
         return found
 
 
@@ -159,19 +163,20 @@ def _compile(program: Program, presearch: bool) -> Compiled:
     readers: dict[int, list[int]] = {}
     pure = _pure_steps(program)
     makers = out.functions.makers
+    out.functions.namespaces = ns
     for n, step in enumerate(program.steps):
         if step.kind == "source":
             out.sources.setdefault(step.arg, []).append(n)
         elif step.kind == "filter":
-            makers[n] = partial(observer_fn, step.arg, ns)
+            makers[n] = (observer_fn, step.arg)
             if step.inputs[0] in pure:
                 out.raw_sources[n] = pure[step.inputs[0]]
             else:
                 readers.setdefault(step.inputs[0], []).append(n)
         elif step.kind == "map" and step.xquery is None:
-            makers[n] = partial(accessor_fn, step.arg, ns)
+            makers[n] = (accessor_fn, step.arg)
         elif step.kind == "split":
-            makers[n] = partial(splitter_fn, step.arg, ns)
+            makers[n] = (splitter_fn, step.arg)
     if presearch:
         from roses_app.xmlfn.presearch import Presearcher
 

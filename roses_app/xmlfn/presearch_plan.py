@@ -70,7 +70,7 @@ def _closure(formula: Formula, pid: Callable[[Leaf], int]) -> Check:
     return lambda found: left(found) or right(found)
 
 
-@dataclass
+@dataclass(slots=True)  # one per observer: a hundred thousand
 class _Plan(Generic[K]):
     key: K
     mode: int
