@@ -51,14 +51,13 @@ def building_long_lived() -> Iterator[None]:
     garbage the block leaves is not collected: keep it small (reading a config of
     filters leaves none, the checks of stateful streams a few hundred objects)."""
     was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            with _lock:
-                gc.freeze()
-            gc.enable()
+    with collector_paused():
+        try:
+            yield
+        finally:
+            if was_on:  # frozen before the collector is back on
+                with _lock:
+                    gc.freeze()
 
 
 def no_collection_at_exit() -> None:
