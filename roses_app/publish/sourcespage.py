@@ -22,10 +22,13 @@ PAGE_STYLE = (
     + ".wide{overflow-x:auto}table{border-collapse:collapse;font-size:90%}"
     "th,td{text-align:left;padding:.25em .5em;border-bottom:1px solid #ddd;vertical-align:top}"
     "th a{color:inherit}.error{color:#b00}form *{margin:.2em .4em .2em 0}"
+    # short values and headings whole; long ones (URLs, reasons, errors) may break
+    "th,td{overflow-wrap:normal}td.long{overflow-wrap:anywhere;min-width:12em}"
     # a phone: each source a block of labelled lines instead of a row of eleven cells
     "@media (max-width:40em){table,thead,tbody,tr,th,td{display:block}"
     "thead tr{display:flex;flex-wrap:wrap}tr{border-bottom:2px solid #ccc;padding:.4em 0}"
-    "td{border:0;padding:.1em 0}td[data-label]:not([data-label=''])::before{"
+    "td{border:0;padding:.1em 0;min-width:0}td:empty{display:none}"
+    "td[data-label]:not([data-label=''])::before{"
     "content:attr(data-label) ': ';color:#555}}"
 )
 COLUMNS = (  # (key, heading, sortable)
@@ -41,6 +44,8 @@ COLUMNS = (  # (key, heading, sortable)
     ("failures", "Failures", True),
     ("last_error", "Last error", False),
 )
+LONG_KEYS = frozenset({"name", "why", "last_error"})  # cells whose text may break anywhere
+LONG = ' class="long"'
 STATUSES = ("", "ok", "not_modified", "error", "gone", "never")
 
 
@@ -118,14 +123,12 @@ def _row(row: Mapping[str, Any], now: float) -> str:
         str(row["failures"]),
         f'<span class="error">{esc(row["last_error"])}</span>' if row["last_error"] else "",
     ]
-    labelled = zip((title for _, title, _ in COLUMNS), cells, strict=True)
-    return (
-        "<tr>"
-        + "".join(
-            f'<td data-label="{html.escape(title)}">{cell}</td>' for title, cell in labelled if cell
-        )
-        + "</tr>"
+    # every cell, empty or not, so that the columns line up (a phone hides empty ones)
+    tds = (
+        f'<td data-label="{html.escape(title)}"{LONG if key in LONG_KEYS else ""}>{cell}</td>'
+        for (key, title, _), cell in zip(COLUMNS, cells, strict=True)
     )
+    return "<tr>" + "".join(tds) + "</tr>"
 
 
 def _pager(page: Mapping[str, Any], params: Mapping[str, str]) -> list[str]:
