@@ -104,7 +104,8 @@ def test_roses_subscribes_to_roses_and_takes_its_pushes(tmp_path: Path):
         assert down.push("news").hub == f"{upstream.url}/websub/hub"
         upstream.write(range(2, 4))  # the upstream hub pushes the changed feed
         wait_for(lambda: down.sink.has("guid-3"))
-        assert down.scheduler.pushes >= 1 and down.push("news").pushes >= 1
+        # counted once the push's items are committed, a moment after the sink has them
+        wait_for(lambda: down.scheduler.pushes >= 1 and down.push("news").pushes >= 1)
         state = down.states.get("news")
         assert state is not None and state.n_polls == 1  # the hub delivered: no second poll
         interval = down.scheduler.intervals["news"]
