@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from urllib.parse import quote
 from xml.parsers import expat
 
 from lxml import etree
@@ -137,9 +138,38 @@ def iso_micros(text: str) -> int:
     return micros_of(datetime.fromisoformat(text.replace("Z", "+00:00")))
 
 
-def safe_filename(name: str) -> str:
-    """A split value as one file name: '/' and other specials %-quoted, no leading dot."""
-    from urllib.parse import quote
+# A split value's name in its feed's file names and URL, in bytes at most (its file name
+# is this and an extension, and its temporary twin ``.NAME.EXT.tmp``: under the 255
+# bytes of a file name on Linux filesystems, and the 143 of eCryptfs).
+PART_NAME_BYTES = 120
+_FILENAME_SAFE = " -_,()'+@."
 
-    quoted = quote(name, safe=" -_,()'+@.")
+
+def safe_filename(name: str) -> str:
+    """A name as one file name: '/' and other specials %-quoted, no leading dot."""
+    quoted = quote(name, safe=_FILENAME_SAFE)
     return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+
+
+def part_name(part: str) -> str:
+    """A split value as its feed's URL and file names show it: the value itself when its
+    file name fits :data:`PART_NAME_BYTES`, else the longest beginning of it that fits
+    with ``~`` and 16 hex digits of the SHA-256 of the whole value.  Two long values
+    that differ only at their end have two names; a value has the same one at every run.
+    """
+    if len(safe_filename(part)) <= PART_NAME_BYTES:  # %-quoted: its length is its bytes
+        return part
+    digest = "~" + hashlib.sha256(part.encode("utf-8")).hexdigest()[:16]
+    budget = PART_NAME_BYTES - len(digest) - (2 if part.startswith(".") else 0)
+    end = 0
+    for ch in part:
+        budget -= len(quote(ch, safe=_FILENAME_SAFE))
+        if budget < 0:
+            break
+        end += 1
+    return part[:end] + digest
+
+
+def part_filename(part: str) -> str:
+    """The file name (without extension) of split value ``part``'s feed documents."""
+    return safe_filename(part_name(part))

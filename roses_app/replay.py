@@ -33,7 +33,7 @@ from roses_app.config.model import Config
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError
 from roses_app.heap import collector_paused
-from roses_app.items import Event, check_item, iso8601, iso_micros, safe_filename
+from roses_app.items import Event, check_item, iso8601, iso_micros, part_filename
 from roses_app.replay_sink import FusedFiles, MemorySink, Outputs
 from roses_app.writes import ParallelWrites
 
@@ -302,7 +302,7 @@ def write_outputs(
             if any(parts) or any(more):
                 (out_dir / stream).mkdir(parents=True, exist_ok=True)
             for part in sorted({*parts, *more}):
-                name = f"{stream}.jsonl" if part == "" else f"{stream}/{safe_filename(part)}.jsonl"
+                name = f"{stream}.jsonl" if part == "" else f"{stream}/{part_filename(part)}.jsonl"
                 path = out_dir / name
                 data = fused.data(stream, part) if fused is not None and more else None
                 if data is None:

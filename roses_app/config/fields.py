@@ -7,6 +7,7 @@ default so that validation goes on: the user sees all mistakes of the file at on
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,16 @@ T = TypeVar("T")
 N = TypeVar("N", int, float)
 
 NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+# Names become file names (``feeds/NAME.atom``, and its temporary twin): well under the
+# 255 bytes of a file name.
+NAME_MAX = 100
+# The shortest interval between two polls of a source (``every``, ``fetch.min_every``):
+# more often hammers the server and fills the log (``every: 1ms`` once made 837 polls
+# and 6 MB of log in 100 s).  A source on this machine (a file, a mailbox, a server on
+# localhost) may be polled every second.
+POLL_FLOOR_SECONDS = 10.0
+LOCAL_POLL_FLOOR_SECONDS = 1.0
+_POLLED = {True: "the machine", False: "its server", None: "the servers"}
 
 
 class Problems:
@@ -77,15 +88,37 @@ def listing(names: Sequence[str], limit: int = 20) -> str:
 
 
 def check_name(problems: Problems, name: str, line: int, kind: str) -> bool:
-    """Names become URL path segments: letters, digits, ``_`` and ``-`` only."""
-    if NAME_RE.fullmatch(name):
+    """Names become URL path segments and file names: letters, digits, ``_`` and ``-``
+    only, :data:`NAME_MAX` characters at most."""
+    if not NAME_RE.fullmatch(name):
+        problems.add(
+            line,
+            f"invalid {kind} name {name!r}: use only letters, digits, '_' and '-' "
+            "(the name becomes part of feed URLs)",
+        )
+        return False
+    if len(name) > NAME_MAX:
+        problems.add(
+            line,
+            f"{kind} name {name[:20]}... is {len(name)} characters long: use at most "
+            f"{NAME_MAX} (the name becomes part of feed URLs and file names)",
+        )
+        return False
+    return True
+
+
+def on_this_machine(host: str | None) -> bool:
+    """Whether ``host`` (of a URL, an IMAP server) is this machine: localhost or a
+    loopback address."""
+    if not host:
+        return False
+    host = host.strip("[]").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
         return True
-    problems.add(
-        line,
-        f"invalid {kind} name {name!r}: use only letters, digits, '_' and '-' "
-        "(the name becomes part of feed URLs)",
-    )
-    return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Section:
@@ -192,6 +225,36 @@ class Section:
         hint = f"a duration ({DURATION_HINT})"
         rule = "must be longer than zero" if positive else None
         return self._parsed(key, default, parse_duration, hint, rule)
+
+    def check_poll_floor(self, key: str, *, local: bool | None = None) -> bool:
+        """Whether the polling interval ``key`` is no shorter than the floor
+        (:data:`POLL_FLOOR_SECONDS`, or :data:`LOCAL_POLL_FLOOR_SECONDS` for a source on
+        this machine; ``local`` None: the bound of every source, ``fetch.min_every``);
+        reported with what to write when it is.  True when it is absent or no duration
+        (:meth:`duration` reports that)."""
+        value = self.values.get(key)
+        if value is None:
+            return True
+        try:
+            seconds = parse_duration(value.value)
+        except ValueError:
+            return True
+        floor = LOCAL_POLL_FLOOR_SECONDS if local else POLL_FLOOR_SECONDS
+        if seconds <= 0 or seconds >= floor:
+            return True
+        if local is None:
+            rule = f"no source is polled more often than every {floor:g}s"
+        else:
+            where = "on this machine" if local else "on another machine"
+            rule = f"a source {where} is polled at most every {floor:g}s"
+        local_hint = " (a file, a mailbox or a server on localhost: 1s or longer)"
+        self.problems.add(
+            value.line,
+            f"{self.field(key)}: {value.value} is too often: {rule} (more often hammers "
+            f"{_POLLED[local]} and fills the log); write "
+            f"{key}: {floor:g}s or longer{local_hint if local is False else ''}",
+        )
+        return False
 
     def size(self, key: str, default: T, *, positive: bool = True) -> int | T:
         hint = f"a size ({SIZE_HINT})"

@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from roses_app.algebra.plan import TIME_MODES, Node, Origin
-from roses_app.config.fields import Problems, Section, check_name
+from roses_app.config.fields import Problems, Section, check_name, on_this_machine
 from roses_app.config.limits import MAX_CONFIG_BYTES
 from roses_app.config.mail import mail_source
 from roses_app.config.model import (
@@ -239,6 +239,8 @@ def _feed_source(
     categories = _categories(problems, s.get("categories"), f"{what}.categories")
     if url is None:
         return None
+    parts = urlsplit(url)
+    s.check_poll_floor("every", local=parts.scheme == "file" or on_this_machine(parts.hostname))
     origin = Origin(problems.file, line, "", f"source:{name}")
     return FeedSource(name, url, every, categories, origin=origin, fixed="every" in s)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import cast
 
 from roses_app.algebra.plan import Origin
-from roses_app.config.fields import Problems, Section, listing
+from roses_app.config.fields import Problems, Section, listing, on_this_machine
 from roses_app.config.model import ImapSecurity, ImapSettings, MailKind, MailSource, SmtpSettings
 from roses_app.config.settings import local_path
 from roses_app.config.yamlmarks import Marked, describe
@@ -92,17 +92,11 @@ def mail_source(
         path = m.string(kind, None)
         if path is None:
             return None
+        s.check_poll_floor("every", local=True)
         return MailSource(name, kind, every, path=local_path(path, base_dir), origin=origin)
 
     if kind == "imap":
-        imap, imap_every = _imap(problems, f"{what}.mail.imap", node, m.key_line("imap"))
-        if imap_every is not None:
-            if "every" in s:
-                problems.add(
-                    s.key_line("every"),
-                    f"{what}: every is given twice (here and in mail.imap.every); keep one",
-                )
-            every = imap_every
+        imap, every = _imap_source(s, node, m.key_line("imap"), every)
         return None if imap is None else MailSource(name, kind, every, imap=imap, origin=origin)
 
     smtp = _smtp(problems, f"{what}.mail.smtp", node, m.key_line("smtp"))
@@ -118,6 +112,24 @@ def mail_source(
         return None
     smtp_ports[(smtp.host, smtp.port)] = name
     return MailSource(name, kind, every, smtp=smtp, origin=origin)
+
+
+def _imap_source(
+    s: Section, node: Marked, line: int, every: float
+) -> tuple[ImapSettings | None, float]:
+    """The IMAP settings of source section ``s`` (None after reporting), and its
+    interval: ``every`` of the source, or of ``mail.imap``."""
+    imap, imap_every = _imap(s.problems, f"{s.what}.mail.imap", node, line)
+    if imap_every is not None:
+        if "every" in s:
+            s.problems.add(
+                s.key_line("every"),
+                f"{s.what}: every is given twice (here and in mail.imap.every); keep one",
+            )
+        every = imap_every
+    if imap is not None:
+        s.check_poll_floor("every", local=on_this_machine(imap.host))
+    return imap, every
 
 
 def _imap(
@@ -168,6 +180,7 @@ def _imap(
     folder = s.string("folder", "INBOX")
     idle = s.boolean("idle", True)
     every = s.duration("every", None)
+    s.check_poll_floor("every", local=on_this_machine(host))
     mark_seen = s.boolean("mark_seen", False)
     delete = s.boolean("delete", False)
     if len(problems) > n_problems or host is None or user is None or password_env is None:

@@ -95,6 +95,7 @@ def _fetch(problems: Problems, f: Section, d: FetchSettings) -> FetchSettings:
     """settings.fetch; the adaptive bounds must be in order (min_every <= every <= max_every
     is not required: ``every`` is the fixed sources' default and adaptive ones' start)."""
     min_every = f.duration("min_every", d.min_every_seconds)
+    f.check_poll_floor("min_every")
     max_every = f.duration("max_every", d.max_every_seconds)
     if min_every > max_every:
         problems.add(

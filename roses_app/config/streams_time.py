@@ -3,7 +3,7 @@ group-by, windowed grouping, nest and unnest (registered on import).
 
 ```yaml
 window:    {from: X, time: 24h}                       # ω_time,w (sliding)
-window:    {from: X, time: 1d, every: 1d, start: 0s, delay: 0s}   # periodic
+window:    {from: X, time: 1d, every: 1d, start: 0s, delay: 0s}   # periodic (start: a time too)
 window:    {from: X, count: 8}                         # ω_count,N
 join:      {left: A, right: {window: ...}, on: XPATH, kind: inner|left|full, combine: XQ}
 product:   {left: A, right: B, combine: XQ}
@@ -21,7 +21,8 @@ Durations are µs in the plan (``3us`` addresses replay ticks).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import re
+from datetime import UTC, date, datetime, timedelta
 
 from roses_app.algebra.eventtime import event_timed, reportable_input
 from roses_app.algebra.plan import (
@@ -54,6 +55,7 @@ from roses_app.config.yamlmarks import Marked, describe
 
 MICROS = 1_000_000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ISO_DAY = re.compile(r"\d{4}-\d\d-\d\d")
 PAIR = ("i1", "i2")
 ITEMS = ("items", "key")
 LATE_KEYS = ("lateness", "late")
@@ -65,20 +67,35 @@ def _micros(ctx: OperatorContext, args: Section, key: str, *, zero_ok: bool) -> 
     return None if seconds is None else round(seconds * MICROS)
 
 
+def _time(value: object) -> datetime | None:
+    """``value`` as an aware time: a YAML timestamp or date (PyYAML reads an unquoted
+    ``2024-01-01T00:00:00Z`` as a datetime, ``2024-01-01`` as a date) or an ISO-8601
+    string the same; UTC when it has no offset, as YAML says.  None: it looks like no
+    time (a duration, say); ValueError: it looks like one and is not."""
+    if isinstance(value, datetime):
+        when = value
+    elif isinstance(value, date):
+        when = datetime(value.year, value.month, value.day)
+    elif isinstance(value, str) and ("T" in value or _ISO_DAY.match(value.strip())):
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    else:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 def _start(ctx: OperatorContext, args: Section) -> int:
-    """t0: an ISO-8601 time, or a duration after the epoch (``0s`` by default)."""
+    """t0: an ISO-8601 time (quoted or not), or a duration after the epoch (``0s`` by
+    default)."""
     value = args.get("start")
     if value is None:
         return 0
-    if isinstance(value.value, str) and "T" in value.value:
-        try:
-            when = datetime.fromisoformat(value.value.replace("Z", "+00:00"))
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            return (when - EPOCH) // timedelta(microseconds=1)
-        except ValueError:
-            ctx.problem(value.line, f"window.start {value.value!r} is not an ISO-8601 time")
-            return 0
+    try:
+        when = _time(value.value)
+    except ValueError:
+        ctx.problem(value.line, f"window.start {value.value!r} is not an ISO-8601 time")
+        return 0
+    if when is not None:
+        return (when - EPOCH) // timedelta(microseconds=1)
     try:
         return round(parse_duration(value.value) * MICROS)
     except ValueError:

@@ -4,7 +4,8 @@ A stream with ``publish:`` is one feed, ``/feeds/NAME.rss|.atom|.json`` (RSS 2.0
 1.0, JSON Feed 1.1) with its page for people, ``/feeds/NAME.html``.  A split stream is
 one feed per value its split function returned so far, ``/feeds/NAME/VALUE.rss`` (and
 the other formats) with VALUE percent-quoted (nothing safe), so new feeds appear as new
-values appear.
+values appear.  A long value is named by its beginning and a hash of it
+(:func:`~roses_app.items.part_name`), in its URL as in the static export's file names.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from roses_app.algebra.eventtime import publishes_late
 from roses_app.algebra.lateness import LATE_PART
 from roses_app.algebra.plan import Split
 from roses_app.config.model import Config, StreamConfig
+from roses_app.items import part_name
 from roses_app.publish.feedpage import HTML_MEDIA_TYPE, render_feed_page
 from roses_app.publish.jsonfeed import JSON_FEED_MEDIA_TYPE, newest_date, render_json
 from roses_app.publish.pages import html_anchor, part_label
@@ -54,7 +56,7 @@ def feed_path(stream: str, part: str | None, fmt: str) -> str:
     """The URL path of a feed document: ``/feeds/NAME.fmt`` or ``/feeds/NAME/VALUE.fmt``."""
     if part is None:
         return f"/feeds/{quote(stream, safe='')}.{fmt}"
-    return f"/feeds/{quote(stream, safe='')}/{quote(part, safe='')}.{fmt}"
+    return f"/feeds/{quote(stream, safe='')}/{quote(part_name(part), safe='')}.{fmt}"
 
 
 def feeds_of(groups: Iterable[FeedGroup]) -> list[FeedInfo]:
@@ -172,9 +174,14 @@ class Catalog:
             late = value == LATE_PART and self._late_part(stream)
             return self._info(stream, LATE_PART, base) if late else None
         parts = set(self._parts(stream))
-        for candidate in (value, unquote(value), unquote(unquote(value))):
+        candidates = (value, unquote(value), unquote(unquote(value)))
+        for candidate in candidates:
             if candidate in parts:
                 return self._info(stream, candidate, base)
+        if any("~" in c for c in candidates):  # the name of a long value?
+            for part in parts:
+                if part_name(part) in candidates:
+                    return self._info(stream, part, base)
         return None
 
     def stats(self, feeds: Iterable[FeedInfo]) -> dict[str, FeedStats]:

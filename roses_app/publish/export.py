@@ -1,7 +1,8 @@
 """Static export of every published feed, for ``roses once`` under cron.
 
 The files mirror the server's URL layout, so the folder can be served by any web
-server: ``feeds/NAME.rss`` (and ``.atom``, ``.json``, ``.html``), ``feeds/NAME/VALUE.atom``,
+server: ``feeds/NAME.rss`` (and ``.atom``, ``.json``, ``.html``), ``feeds/NAME/VALUE.atom``
+(a long VALUE: its beginning and a hash of it),
 ``feeds.opml`` (and ``feeds-json.opml``, listing the JSON Feeds), ``index.html``.
 Each file is replaced atomically so a web server never serves half a document.  A
 file whose bytes would not change is left alone: a cron run rewrites the feeds that
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roses_app.config.model import Config
-from roses_app.items import safe_filename
+from roses_app.items import part_filename
 from roses_app.publish.catalog import FORMATS, Catalog, feeds_of, render_feed
 from roses_app.publish.pages import render_index, render_opml
 from roses_app.store import Store
@@ -73,8 +74,9 @@ def export_static(config: Config, store: Store, out_dir: Path) -> Exported:
         entries = store.latest(info.stream, info.part, info.keep)
         updated = store.feed_updated(info.stream, info.part)
         for fmt in FORMATS:
-            # A split value never escapes its folder: '/' and a leading '.' are quoted.
-            name = f"{info.stream}/{safe_filename(info.part)}" if info.split else info.stream
+            # A split value never escapes its folder ('/' and a leading '.' are quoted),
+            # and a long one is named by its beginning and a hash (its URL names it so).
+            name = f"{info.stream}/{part_filename(info.part)}" if info.split else info.stream
             target = out_dir / "feeds" / f"{name}.{fmt}"
             if fmt == "atom" and updated is None and not entries:  # Atom dates it
                 dated = _first_written(target)
