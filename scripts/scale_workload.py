@@ -453,9 +453,10 @@ def subscriptions_jsonl(subs: Sequence[Subscription]) -> bytes:
     )
 
 
-def spark_settings(data: Path, master: str, extra: str = "") -> str:
+def spark_settings(data: Path, master: str, extra: str = "", trigger: str = "") -> str:
+    trigger = f", trigger: {trigger}" if trigger else ""
     return (
         f"data_dir: {data}\n"
-        f'spark: {{master: "{master}", shuffle_partitions: 2}}\n'
+        f'spark: {{master: "{master}", shuffle_partitions: 2{trigger}}}\n'
         "fetch: {max_bytes: 900MB}\n" + extra
     )

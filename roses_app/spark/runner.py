@@ -35,6 +35,7 @@ from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
+from roses_app.config.model import SparkSettings
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.counts import CountsParam
 from roses_app.spark.frontier import FrontierLog
@@ -142,7 +143,7 @@ class Engine:
     data: Path  # checkpoints/ and frontier/ live here
     sink: Sink
     once: bool = False
-    trigger_seconds: float = 5.0
+    trigger_seconds: float = SparkSettings.trigger_seconds
     errors: Accumulator[dict[str, int]] | None = None
     lateness: int = 0
     max_batch_bytes: int = MAX_BATCH_BYTES
