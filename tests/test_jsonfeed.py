@@ -179,7 +179,8 @@ def test_json_items_are_plain_text_titles_and_sanitized_html(env: Env) -> None:
     assert doc["hubs"][0]["url"].startswith(f"{env.server.url}/")
     full, named, untitled, bare = doc["items"]
 
-    assert full["title"] == "Full item — déjà vu"
+    # a stored title is text: markup-like text in it is kept, as in RSS and Atom
+    assert full["title"] == "Full <b>item</b> — déjà vu"
     assert full["url"] == "https://example.org/full"
     assert (
         full["content_html"]

@@ -293,8 +293,9 @@ def test_unknown_feed_404(env: Env) -> None:
         resp = env.get(path)
         assert resp.status_code == 404, path
     text = env.get("/feeds/nope.rss").text
-    assert "No published feed at /feeds/nope.rss" in text
-    assert f"{env.server.url}/feeds/news.rss" in text
+    # where to look, and nothing of the request (tests/test_publish_hygiene.py)
+    assert text.startswith("Not found.") and "nope" not in text
+    assert f"{env.server.url}/ " in text and f"{env.server.url}/feeds.opml" in text
 
 
 def test_healthz(env: Env) -> None:

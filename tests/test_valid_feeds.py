@@ -248,9 +248,10 @@ def test_roses_once_on_the_shipped_config_publishes_valid_documents(tmp_path: Pa
 # -- bad input ---------------------------------------------------------------------------
 
 # What a mutator may leave in an item: unreadable dates, relative and script URIs,
-# elements RSS 2.0 does not define, markup in a title.
+# elements RSS 2.0 does not define, markup in a title that would act as HTML (markup
+# that does nothing, as "<i>x</i>", is a title's text: tests/test_real_feeds.py).
 MUTATED = (
-    "<item><title>&lt;i&gt;Mutated&lt;/i&gt;</title><link>/relative/page</link>"
+    '<item><title>&lt;i onclick="alert(1)"&gt;Mutated&lt;/i&gt;</title><link>/relative/page</link>'
     "<description>Kept.</description><pubDate>soon</pubDate><score>7</score>"
     '<enclosure url="javascript:alert(1)" type="audio/mpeg" length="1"/>'
     '<source url="">Nowhere</source><guid isPermaLink="true">not-a-url</guid></item>'
@@ -263,10 +264,12 @@ def test_bad_input_is_published_valid(tmp_path: Path, caplog: pytest.LogCaptureF
     url = "https://broken.example.org/feed.rss"
     with caplog.at_level("WARNING", logger="roses_app.connectors.xmlize"):
         parsed = parse_feed((DATA / "bad-input.xml").read_bytes(), url)
-    assert parsed.dropped == 2 and len(parsed.entries) == 3  # two dates; no item lost
+    # two dates and a javascript: comments page; no item lost
+    assert parsed.dropped == 3 and len(parsed.entries) == 3
     dropped = [r.getMessage() for r in caplog.records]
-    assert all(m.startswith(url) for m in dropped) and len(dropped) == 2
+    assert all(m.startswith(url) for m in dropped) and len(dropped) == 3
     assert "'the day before yesterday'" in dropped[0]
+    assert "'javascript:alert(2)' is not a web URL" in dropped[2]
     store = Store(tmp_path / "store.sqlite")
     rows = [OutRow("broken", "", T0, n, xml) for n, (xml, _) in enumerate(parsed.entries)]
     rows.append(OutRow("broken", "", T0 + MINUTE, 0, MUTATED))

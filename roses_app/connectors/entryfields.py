@@ -1,5 +1,6 @@
-"""Fields of feedparser's entries, read safely and checked: text XML can hold, absolute
-URIs, e-mail addresses, and the feed an entry comes from (used by :mod:`.xmlize`).
+"""Fields of feedparser's entries, read safely and checked: text XML can hold, plain
+text, absolute URIs, e-mail addresses, and the feed an entry comes from (used by
+:mod:`.xmlize`).
 
 feedparser's dictionaries answer some keys with others (``updated`` with ``published``)
 or raise on keys they cannot derive; :func:`get_field` reads what is really there.
@@ -7,15 +8,22 @@ or raise on keys they cannot derive; :func:`get_field` reads what is really ther
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
 
+import lxml.html
+from lxml import etree
+
+from roses_app.urls import web_url
+
 # Everything outside the XML 1.0 Char production (control characters, lone
 # surrogates, U+FFFE/U+FFFF).
 _INVALID_XML_CHARS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _NO_FALLBACK = frozenset({"updated", "updated_parsed"})
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
 # An absolute URI (a scheme, then no white space); http(s) ones name a host.
 ABSOLUTE_URI = re.compile(r"(?!https?:(?!//[^/?#\s]))[A-Za-z][A-Za-z0-9+.\-]*:[^\s<>\"]+\Z")
 EMAIL = re.compile(r"[^@\s()<>,;:\"\[\]]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z0-9][-A-Za-z0-9]*")
@@ -46,6 +54,34 @@ def text_field(mapping: Any, key: str) -> str:
     return clean_text(value).strip()
 
 
+def html_text(markup: str) -> str:
+    """The text an HTML fragment shows: tags dropped, entities decoded."""
+    try:
+        text = lxml.html.fragment_fromstring(markup, create_parent="div").text_content()
+    except (etree.ParserError, ValueError):
+        return markup
+    return clean_text(text).strip()
+
+
+def plain_field(entry: Mapping[str, Any], key: str, *, markup_is_text: bool) -> str:
+    """Field ``key`` (``title``, ``rights``) as plain text.
+
+    feedparser calls a field HTML when the feed declares it (Atom's ``type="html"``) and
+    also when it guesses so from the text (RSS declares nothing), and then hands it on
+    sanitized, entities escaped.  ``markup_is_text``: what looks like markup is the
+    text itself (an RSS title, plain text: ``&lt;p&gt;Title&lt;/p&gt;`` reads
+    ``<p>Title</p>``), so only the escaping is undone; otherwise HTML becomes its text.
+    """
+    value = text_field(entry, key)
+    detail = get_field(entry, f"{key}_detail")
+    kind = detail.get("type", "") if isinstance(detail, Mapping) else ""
+    if not value or kind not in _HTML_TYPES:
+        return value
+    if markup_is_text:
+        return clean_text(html.unescape(value)).strip()
+    return html_text(value)
+
+
 def dict_list(value: Any) -> list[Mapping[str, Any]]:
     if not isinstance(value, list):
         return []
@@ -67,9 +103,9 @@ def source_of(entry: Mapping[str, Any], feed: Mapping[str, Any], url: str) -> tu
         title = clean_text(own.get("title") or "").strip()
         href = self_link(own) or clean_text(own.get("href") or "").strip()
         if title or href:
-            return title, absolute_uri(href, url)
+            return title, web_uri(href, url)
     href = self_link(feed) or (url if is_web_url(url) else "")
-    return text_field(feed, "title"), absolute_uri(href, url)
+    return text_field(feed, "title"), web_uri(href, url)
 
 
 def absolute_uri(href: str, base: str) -> str:
@@ -78,6 +114,12 @@ def absolute_uri(href: str, base: str) -> str:
     if href and not ABSOLUTE_URI.match(href) and is_web_url(base):
         href = urljoin(base, href)
     return href if ABSOLUTE_URI.match(href) else ""
+
+
+def web_uri(href: str, base: str) -> str:
+    """``href`` as an absolute http(s) URL (see :mod:`roses_app.urls`), "" if it is none."""
+    uri = absolute_uri(href, base)
+    return uri if web_url(uri) else ""
 
 
 def is_web_url(text: str) -> bool:

@@ -18,9 +18,14 @@ this order::
 As RSS 2.0 asks, ``author`` is an e-mail address (``a@b.org (Name)``) and names are
 ``dc:creator``.  ``source`` is the feed an item first came from: its own ``<source>``
 when it has one, else the feed read, with the feed's URL (its ``rel="self"`` link, else
-the URL fetched), not its home page.  What a feed gives in a form no feed may carry (an
-unreadable date, a link that is no absolute URI, an address that is no address) is
-dropped from that field and logged with the feed's URL, never guessed.
+the URL fetched), not its home page.  ``link`` is the item's own (not one nested in an
+extension element: :mod:`.entrylinks`).  What a feed gives in a form no feed may carry
+(an unreadable date, a link that is no web URL (:mod:`roses_app.urls`), an address that
+is no address) is dropped from that field and logged with the feed's URL, never guessed.
+
+Titles are plain text as the feed declares them: an RSS title is text even when it
+looks like markup (``<p>Title</p>``), an Atom ``type="html"`` title becomes the text
+it shows; ``dc:rights`` is always the text it shows.
 
 Only the namespaces an item uses are declared on it.  Text stays text: an HTML
 description is escaped character data, never parsed markup.  Characters that
@@ -37,26 +42,28 @@ import logging
 import mimetypes
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import feedparser
-import lxml.html
 from lxml import etree
 
 from roses_app.connectors.entryfields import (
-    absolute_uri,
     clean_text,
     dict_list,
     get_field,
     is_web_url,
+    plain_field,
     rss_author,
     source_of,
     text_field,
+    web_uri,
 )
+from roses_app.connectors.entrylinks import entry_link, own_links
 from roses_app.errors import FeedParseError
 from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, rfc822
+from roses_app.urls import taxonomy
 
 log = logging.getLogger(__name__)
 
@@ -148,15 +155,8 @@ def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) 
     if not raw_entries and (not version or (serious and not title)):
         why = bozo_message or "no feed elements found"
         raise FeedParseError(f"{url}: not an RSS/Atom feed ({why})")
-    entries: list[tuple[str, int | None]] = []
-    skipped = 0
     problems: list[str] = []
-    for entry in raw_entries:
-        try:
-            entries.append(xmlize_entry(entry, feed, url=url, problems=problems))
-        except Exception as exc:  # one odd entry must not lose the others
-            skipped += 1
-            log.warning("%s: skipped an entry that cannot be written as an item: %s", url, exc)
+    entries, skipped = _xmlize_all(raw_entries, feed, body, url, version, problems)
     for problem in problems:
         log.warning("%s: %s", url, problem)
     return ParsedFeed(
@@ -171,6 +171,32 @@ def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) 
         hub=_link(feed, "hub"),
         self_url=_link(feed, "self"),
     )
+
+
+def _xmlize_all(
+    raw_entries: list[Any],
+    feed: Mapping[str, Any],
+    body: bytes,
+    url: str,
+    version: str,
+    problems: list[str],
+) -> tuple[list[tuple[str, int | None]], int]:
+    """Every entry as an item (and how many could not be written: logged)."""
+    entries: list[tuple[str, int | None]] = []
+    skipped = 0
+    links = own_links(body) if raw_entries else None
+    if links is not None and len(links) != len(raw_entries):
+        links = None  # lxml and feedparser disagree on the entries: no pairing
+    for n, entry in enumerate(raw_entries):
+        own = links[n] if links is not None else None
+        try:
+            entries.append(
+                xmlize_entry(entry, feed, url=url, problems=problems, version=version, own=own)
+            )
+        except Exception as exc:  # one odd entry must not lose the others
+            skipped += 1
+            log.warning("%s: skipped an entry that cannot be written as an item: %s", url, exc)
+    return entries, skipped
 
 
 def _link(feed: Mapping[str, Any], rel: str) -> str | None:
@@ -264,23 +290,27 @@ def xmlize_entry(
     *,
     url: str = "",
     problems: list[str] | None = None,
+    version: str = "",
+    own: Sequence[str] | None = None,
 ) -> tuple[str, int | None]:
     """One feedparser entry as a serialized canonical ``<item>`` and its published µs.
 
     ``url`` is where the feed was fetched; each field dropped as invalid is described
-    in ``problems`` (when given)."""
+    in ``problems`` (when given).  ``version`` is feedparser's name of the format (an
+    Atom title's type is declared, an RSS one's is not), ``own`` the links the entry
+    names itself (:func:`.entrylinks.own_links`; None: unknown)."""
     b = _ItemBuilder()
     dropped = problems if problems is not None else []
-    feed_url = url  # (the enclosure loop reuses the name)
+    feed_url = url
 
-    title = _title(entry)
-    link = text_field(entry, "link")
+    title = plain_field(entry, "title", markup_is_text=not version.startswith("atom"))
+    link = entry_link(entry, own)
     guid = text_field(entry, "id")
     if link and link == guid and get_field(entry, "guidislink") and not is_web_url(link):
         link = ""  # feedparser copied a non-URL id (tag:, urn:) into the link
-    if link and not absolute_uri(link, feed_url):
-        dropped.append(f"link {link!r} of {guid or title!r} is not an absolute URI: dropped")
-    link = absolute_uri(link, feed_url)
+    if link and not web_uri(link, feed_url):
+        dropped.append(f"link {link!r} of {guid or title!r} is not a web URL: dropped")
+    link = web_uri(link, feed_url)
     summary = clean_text(get_field(entry, "summary") or "")
     content = _first_content(entry)
     description = summary if summary.strip() else content
@@ -309,55 +339,48 @@ def xmlize_entry(
     if author:
         b.add("author", author)
 
-    seen_tags: set[tuple[str, str]] = set()
-    for tag in dict_list(get_field(entry, "tags")):
-        term = clean_text(tag.get("term") or tag.get("label") or "").strip()
-        scheme = clean_text(tag.get("scheme") or "").strip()
-        if not term or (term, scheme) in seen_tags:
-            continue
-        seen_tags.add((term, scheme))
-        b.add("category", term, [("domain", scheme or None)])
-
-    seen_urls: set[str] = set()
-    for enc in dict_list(get_field(entry, "enclosures")):
-        url = absolute_uri(clean_text(enc.get("href") or enc.get("url") or "").strip(), feed_url)
-        if not url:
-            dropped.append(f"an enclosure of {guid or link or title!r} has no usable URL: dropped")
-            continue
-        if url in seen_urls:
-            continue
-        seen_urls.add(url)
-        b.add(
-            "enclosure",
-            None,
-            [
-                ("url", url),
-                ("type", _enclosure_type(enc.get("type"), url)),
-                ("length", _length(enc.get("length"))),
-            ],
-        )
-
+    _add_categories(b, entry, guid or link or title, dropped)
+    _add_enclosures(b, entry, feed_url, guid or link or title, dropped)
     source_title, source_url = source_of(entry, feed, feed_url)
     if source_title or source_url:
         b.add("source", source_title, [("url", source_url or None)])
 
-    _add_extensions(b, entry, published)
+    _add_extensions(b, entry, published, feed_url, dropped)
     element = b.build()
     return etree.tostring(element, encoding="unicode"), published
 
 
-def _title(entry: Mapping[str, Any]) -> str:
-    """The title as plain text (an HTML title loses its markup, keeps its text)."""
-    title = text_field(entry, "title")
-    detail = get_field(entry, "title_detail")
-    kind = detail.get("type", "") if isinstance(detail, Mapping) else ""
-    if title and kind in ("text/html", "application/xhtml+xml"):
-        try:
-            text = lxml.html.fragment_fromstring(title, create_parent="div").text_content()
-        except (etree.ParserError, ValueError):
-            return title
-        return clean_text(text).strip()
-    return title
+def _add_categories(
+    b: _ItemBuilder, entry: Mapping[str, Any], name: str, dropped: list[str]
+) -> None:
+    """Its tags as categories, each once; a domain must be a taxonomy's (roses_app.urls)."""
+    seen: set[tuple[str, str]] = set()
+    for tag in dict_list(get_field(entry, "tags")):
+        term = clean_text(tag.get("term") or tag.get("label") or "").strip()
+        scheme = clean_text(tag.get("scheme") or "").strip()
+        if scheme and not taxonomy(scheme):
+            dropped.append(f"category domain {scheme!r} of {name!r}: dropped")
+            scheme = ""
+        if term and (term, scheme) not in seen:
+            seen.add((term, scheme))
+            b.add("category", term, [("domain", scheme or None)])
+
+
+def _add_enclosures(
+    b: _ItemBuilder, entry: Mapping[str, Any], base: str, name: str, dropped: list[str]
+) -> None:
+    """Its enclosures with a web URL, each URL once."""
+    seen: set[str] = set()
+    for enc in dict_list(get_field(entry, "enclosures")):
+        url = web_uri(clean_text(enc.get("href") or enc.get("url") or "").strip(), base)
+        if not url:
+            dropped.append(f"an enclosure of {name!r} has no usable URL: dropped")
+            continue
+        if url in seen:
+            continue
+        seen.add(url)
+        kind, length = _enclosure_type(enc.get("type"), url), _length(enc.get("length"))
+        b.add("enclosure", None, [("url", url), ("type", kind), ("length", length)])
 
 
 def _person_names(people: Any) -> list[str]:
@@ -370,16 +393,20 @@ def _person_names(people: Any) -> list[str]:
     return names
 
 
-def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | None) -> None:
+def _add_extensions(
+    b: _ItemBuilder, entry: Mapping[str, Any], published: int | None, base: str, dropped: list[str]
+) -> None:
     comments = text_field(entry, "comments")
-    if comments:
-        b.add("comments", comments)
+    if comments and not web_uri(comments, base):
+        dropped.append(f"comments page {comments!r} is not a web URL: dropped")
+    elif comments:
+        b.add("comments", web_uri(comments, base))
 
     for key, tag in (("authors", "creator"), ("contributors", "contributor")):
         for name in _person_names(get_field(entry, key)):
             b.add(tag, name, ns=DC_NS)
 
-    rights = text_field(entry, "rights")
+    rights = plain_field(entry, "rights", markup_is_text=False)
     if rights:
         b.add("rights", rights, ns=DC_NS)
 
@@ -388,11 +415,11 @@ def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | 
         b.add("updated", iso8601(updated), ns=ATOM_NS)
 
     for media in dict_list(get_field(entry, "media_content")):
-        attrs = _media_attrs(media, _MEDIA_CONTENT_ATTRS)
+        attrs = _media_attrs(media, _MEDIA_CONTENT_ATTRS, base)
         if attrs:
             b.add("content", None, attrs, ns=MEDIA_NS)
     for thumb in dict_list(get_field(entry, "media_thumbnail")):
-        attrs = _media_attrs(thumb, _MEDIA_THUMBNAIL_ATTRS)
+        attrs = _media_attrs(thumb, _MEDIA_THUMBNAIL_ATTRS, base)
         if attrs:
             b.add("thumbnail", None, attrs, ns=MEDIA_NS)
 
@@ -401,12 +428,16 @@ def _add_extensions(b: _ItemBuilder, entry: Mapping[str, Any], published: int | 
         b.add("duration", duration, ns=ITUNES_NS)
 
 
-def _media_attrs(media: Mapping[str, Any], names: tuple[str, ...]) -> list[tuple[str, object]]:
+def _media_attrs(
+    media: Mapping[str, Any], names: tuple[str, ...], base: str
+) -> list[tuple[str, object]]:
+    """Media RSS attributes; none when the medium has no web URL (it is not kept)."""
     lowered: dict[str, Any] = {}
     for key, value in media.items():
         if isinstance(key, str) and isinstance(value, str):
             lowered.setdefault(key.lower(), value)
-    if not clean_text(lowered.get("url", "")).strip():
+    lowered["url"] = web_uri(clean_text(lowered.get("url", "")).strip(), base)
+    if not lowered["url"]:
         return []
     attrs: list[tuple[str, object]] = []
     for name in names:

@@ -4,6 +4,7 @@ fields each format reads the same way (text, inner markup, published and updated
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import lru_cache
 
 from lxml import etree
@@ -80,7 +81,8 @@ def _fixed_item(item: str, received: int, guid: str) -> tuple[bytes | None, str]
 def received(entry: StoredEntry) -> int:
     """When ROSES received an item, in microseconds.  All items of a poll share that
     time (``entry.ts``); their order (``entry.seq``) tells them apart, under 1 ms after
-    it, so that entries keep distinct updated times (Atom readers expect them)."""
+    it, so that entries keep distinct updated times (Atom readers expect them; outputs of
+    one event still share one: :func:`distinct_updated`)."""
     return entry.ts + entry.seq % 1000
 
 
@@ -95,3 +97,21 @@ def entry_times(el: etree._Element, entry: StoredEntry) -> tuple[int | None, int
     if updated is None or (published is not None and updated < published):
         updated = published
     return published, updated if updated is not None else received(entry)
+
+
+def distinct_updated(times: Sequence[tuple[int | None, int]]) -> list[int]:
+    """The updated times of a document's entries, ``(published, updated)`` newest
+    first as :func:`entry_times` gives them, made distinct.
+
+    Atom readers (and the W3C validator) tell entries apart by them, yet entries of one
+    date, or undated entries received together, would share one.  From the oldest on,
+    a time already taken moves a microsecond later: a newer entry keeps the later time
+    and none is updated before it was published."""
+    taken: set[int] = set()
+    out: list[int] = []
+    for _published, updated in reversed(times):
+        while updated in taken:
+            updated += 1
+        taken.add(updated)
+        out.append(updated)
+    return out[::-1]

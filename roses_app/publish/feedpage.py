@@ -1,9 +1,11 @@
 """The HTML page of one feed, ``/feeds/NAME.html``: its latest items, for people.
 
 The items are the JSON Feed items (:mod:`.jsonfeed`), so the page shows what the feeds
-carry: plain-text titles (escaped here), sanitized HTML content.  The page also forbids
-scripts itself (a Content-Security-Policy), so a gap in sanitizing would still run
-nothing.  It fits a phone's width: a viewport meta, and content that wraps or shrinks.
+carry: plain-text titles (escaped here), sanitized HTML content; an item without a title
+is labelled as such, not given one.  The page also forbids scripts itself (a
+Content-Security-Policy, sent as a header by the server and repeated in a ``<meta>``),
+so a gap in sanitizing would still run nothing.  It fits a phone's width: a viewport
+meta, and content that wraps or shrinks.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ STYLE = (
     ".meta{color:#555;font-size:90%}.subscribe a{display:inline-block;margin:.2em .6em .2em 0;"
     "padding:.3em .7em;border:1px solid #c33;border-radius:.3em;color:#c33;text-decoration:none}"
     "article{border-top:1px solid #ddd;padding:.5em 0}h2{font-size:1.2em;margin:.4em 0}"
-    "li{margin:.5em 0}li .meta{display:block}"
+    "li{margin:.5em 0}li .meta{display:block}.untitled{color:#555}"
 )
+# What an item without a title is shown as: a label of the page, not the item's.
+UNTITLED = '<em class="untitled" title="This item has no title">(no title)</em>'
 
 
 def page_head(title: str, alternates: Sequence[tuple[str, str, str]]) -> list[str]:
@@ -68,7 +72,7 @@ def display_date(iso: str) -> str:
 
 def _article(item: dict[str, Any]) -> list[str]:
     esc = html.escape
-    title = esc(item.get("title") or "(untitled)")
+    title = esc(item["title"]) if item.get("title") else UNTITLED
     url = item.get("url")
     heading = f'<a href="{esc(url)}">{title}</a>' if url else title
     meta: list[str] = []

@@ -8,8 +8,9 @@ invented.  The connector does the same on the way in and logs each drop with its
 source (:mod:`roses_app.connectors.xmlize`); here a drop only concerns what a mutator
 built, so it is logged at debug level.
 
-* **People.** RSS ``<author>`` holds an e-mail address only (``a@b.org (Name)``); a
-  name alone is ``<dc:creator>``, and an item has one or the other, not both.
+* **People.** RSS ``<author>`` holds an e-mail address with a name (``a@b.org
+  (Name)``); a name alone, or an address alone, is ``<dc:creator>``, and an item has one
+  or the other, not both.
 * **Dates.** An item without a publication date gets none.  The time ROSES received it
   is its ``updated`` time only: Atom's ``<updated>``, and ``<atom:updated>`` in RSS.
   (Not an element in ROSES's own namespace: the W3C validator warns about every
@@ -54,8 +55,6 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 # Characters a URI may hold as they are (RFC 3986 reserved and unreserved, and '%').
 _URI_SAFE = ";/?:@&=+$,-_.!~*'()#%[]"
 _NETWORK_SCHEMES = ("http", "https", "ftp")
-# Schemes Atom readers and the validator know; a category domain outside them is a label.
-KNOWN_SCHEMES = frozenset({"http", "https", "urn", "tag", "ftp", "mailto"})
 
 
 @dataclass(frozen=True)
@@ -102,10 +101,11 @@ def rss_people(el: etree._Element) -> None:
         parent = child.getparent()
         if parent is not None:
             parent.remove(child)
-    if len(found) == 1 and found[0].email:
+    # an address without a name is no RSS <author>: the validator wants "a@b.org (Name)"
+    if len(found) == 1 and found[0].email and found[0].name:
         person = found[0]
         author = etree.Element("author")
-        author.text = f"{person.email} ({person.name})" if person.name else person.email
+        author.text = f"{person.email} ({person.name})"
         el.insert(at, author)
         return
     for offset, person in enumerate(found):
@@ -129,10 +129,6 @@ def as_uri(text: str | None) -> str | None:
     if re.search(r"%(?![0-9A-Fa-f]{2})", uri):
         return None  # a stray '%' cannot be told from an escape
     return uri
-
-
-def known_scheme(uri: str) -> bool:
-    return uri.split(":", 1)[0].lower() in KNOWN_SCHEMES
 
 
 def _drop(el: etree._Element, why: str) -> None:

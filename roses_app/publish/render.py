@@ -5,7 +5,8 @@ gives the same bytes, so the body hash is a usable ETag.  Items are copied from 
 stored XML (with all their elements); an item without ``<pubDate>`` gets one from its
 timestamp and an item without ``<guid>`` gets the store's identity as a non-permalink
 guid, so that guids are stable across renders.  Every title, name and label is plain
-text (:func:`roses_app.publish.sanitize.plain_text`), in RSS as in Atom.
+text (:mod:`roses_app.publish.sanitize`), in RSS as in Atom.  An item with
+no title gets none in RSS (as in JSON Feed): only Atom, which requires one, derives it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lxml import etree
 from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, rfc822
 from roses_app.publish.entries import (
     ATOM_NS,
+    distinct_updated,
     element_text,
     entry_times,
     inner_markup,
@@ -29,7 +31,6 @@ from roses_app.publish.entries import (
 )
 from roses_app.publish.itemfields import (
     as_uri,
-    known_scheme,
     parse_date,
     people,
     rss_known_elements,
@@ -140,9 +141,10 @@ def _rss_item(el: etree._Element) -> etree._Element:
     if title is not None and not (title.text or "").strip():
         el.remove(title)
         title = None
-    if title is None and not inner_markup(el.find("description")).strip():
-        etree.SubElement(el, "title").text = _entry_title(el, _item_link(el))
-        el.insert(0, el[-1])
+    if title is None and el.find("description") is None:
+        # RSS 2.0 asks for a title or a description: an empty description claims no
+        # text the item does not have, where a title made of its link would.
+        etree.SubElement(el, "description")
     return el
 
 
@@ -204,6 +206,8 @@ def _item_link(el: etree._Element) -> str:
 
 
 def _entry_title(el: etree._Element, link: str) -> str:
+    """Atom's title: the item's own.  RFC 4287 requires one, and the validator warns
+    about an empty one, so only here an untitled item gets its link, else a label."""
     return element_text(el.find("title")) or link or "(untitled)"
 
 
@@ -217,8 +221,9 @@ def _atom_people_and_categories(out: etree._Element, el: etree._Element) -> None
         term = element_text(category)
         if term:
             attrs = {"term": term}
+            # the domain is a name or a URI (roses_app.urls.taxonomy): only a URI is a scheme
             scheme = as_uri(category.get("domain"))
-            if scheme is not None and known_scheme(scheme):
+            if scheme is not None:
                 attrs["scheme"] = scheme
             _a(out, "category", **attrs)
 
@@ -243,8 +248,13 @@ def _title_attr(el: etree._Element) -> dict[str, str]:
     return {"title": title} if title else {}
 
 
-def _atom_entry(feed_el: etree._Element, el: etree._Element, entry: StoredEntry) -> None:
-    published, updated = entry_times(el, entry)
+def _atom_entry(
+    feed_el: etree._Element,
+    el: etree._Element,
+    entry: StoredEntry,
+    published: int | None,
+    updated: int,
+) -> None:
     out = _a(feed_el, "entry")
     _a(out, "id", entry_id(entry.guid))
     link = _item_link(el)
@@ -291,8 +301,9 @@ def render_atom(
     author = _a(root, "author")
     _a(author, "name", GENERATOR)
     _a(root, "generator", GENERATOR, uri=GENERATOR_URI)
-    for entry in entries:
-        el = item_element(entry)
-        if el is not None:
-            _atom_entry(root, el, entry)
+    items = [(el, entry) for entry in entries if (el := item_element(entry)) is not None]
+    times = [entry_times(el, entry) for el, entry in items]
+    updated_times = distinct_updated(times)
+    for (el, entry), (published, _), updated_at in zip(items, times, updated_times, strict=True):
+        _atom_entry(root, el, entry, published, updated_at)
     return etree.tostring(root, xml_declaration=True, encoding="utf-8")

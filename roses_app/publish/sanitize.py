@@ -8,15 +8,18 @@ HTML.  Before an item is published, in RSS or Atom:
   allow-list of tags and attributes; ``script``, ``style`` and their content, every
   ``on*`` event handler, ``javascript:``/``data:``/``vbscript:`` URLs are removed,
   the text is kept.  The result is escaped text again;
-* URLs outside the HTML are checked too: an element whose text is a link (``link``,
-  ``comments``) or an attribute holding a URL (``url``, ``href``, ``src``, on any
-  element, e.g. ``enclosure``, ``media:content``, ``itunes:image``) is dropped when its
-  scheme is not an ordinary one (http, https, mailto, ftp...; relative URLs are kept);
-  a ``guid`` that is not a safe URL stops being a permalink.
+* URLs outside the HTML follow :mod:`roses_app.urls`: an element whose text is a link
+  (``link``, ``comments``) or an attribute holding a URL (``url``, ``href``, ``src``, on
+  any element, e.g. ``enclosure``, ``media:content``, ``itunes:image``) is dropped unless
+  it is an http(s) URL; a category's ``domain`` unless it is a name, a web URL or an
+  identifier; a ``guid`` that is no web URL stops being a permalink;
 
-* titles, author names, category labels and source names are plain text (see
+* author names, category labels, source names and ``dc:rights`` are plain text (see
   :func:`plain_text`): many readers render an RSS ``<title>`` as HTML, so
   ``<title>&lt;img src=x onerror=alert(1)&gt;</title>`` must not reach them as markup.
+  A title is plain text too, but its own: text that merely looks like markup
+  (``<p>Entry Title</p>``, tags the sanitizer keeps, with no attribute) stays as it is
+  (:func:`title_text`), since shown as HTML it does nothing.
 
 It is a pure function of the item: rendering twice gives the same bytes (ETags).
 """
@@ -30,6 +33,7 @@ import nh3
 from lxml import etree
 
 from roses_app.items import FEED_NAMESPACES
+from roses_app.urls import scheme_of, taxonomy, web_url
 
 CONTENT_NS = FEED_NAMESPACES["content"]
 HTML_ELEMENTS: tuple[str, ...] = ("description", f"{{{CONTENT_NS}}}encoded")
@@ -51,10 +55,14 @@ LABEL_ELEMENTS: tuple[str, ...] = (
     f"{{{_MEDIA}}}category",
     f"{{{_MEDIA}}}credit",
     f"{{{_ITUNES}}}author",
+    f"{{{_DC}}}rights",
 )
 LINK_ELEMENTS: tuple[str, ...] = ("link", "comments")
 URL_ATTRIBUTES: frozenset[str] = frozenset({"url", "href", "src"})
 SAFE_SCHEMES: frozenset[str] = frozenset(nh3.ALLOWED_URL_SCHEMES)
+# Tags that do nothing shown as HTML when written without attributes: text in a title.
+_INERT_TAGS = frozenset(nh3.ALLOWED_TAGS)
+_BARE_TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9]*)\s*/?>")
 
 _CLEANER = nh3.Cleaner(url_schemes=set(SAFE_SCHEMES))
 _TEXT_CLEANER = nh3.Cleaner(tags=set())  # no tag at all: script/style lose their content too
@@ -64,9 +72,6 @@ _TEXT_PASSES = 4
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 # "Name <user@host>" would lose its address as a tag: written the RSS way first.
 _NAME_ADDRESS = re.compile(r"\s*\"?([^<>\"]*?)\"?\s*<([^<>\s@]+@[^<>\s]+)>\s*")
-# Browsers ignore ASCII control characters and spaces in and around a scheme.
-_IGNORED = re.compile(r"[\x00-\x20\x7f]+")
-_SCHEME = re.compile(r"([^/?#]*?):")
 _VALID_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*")
 
 
@@ -95,6 +100,32 @@ def plain_text(value: str) -> str:
     return " ".join(_TAG_OPEN.sub("", text).split())
 
 
+def _inert_markup(text: str) -> bool:
+    """True when ``text`` holds tags and each, at every level of escaping a reader may
+    decode, is a tag the sanitizer keeps written with no attribute (``<p>``, ``</b>``)."""
+    level, tags = text, False
+    for _ in range(_TEXT_PASSES):
+        for opening in _TAG_OPEN.finditer(level):
+            bare = _BARE_TAG.match(level, opening.start())
+            if bare is None or bare.group(1).lower() not in _INERT_TAGS:
+                return False
+            tags = True
+        decoded = unescape(level)
+        if decoded == level:
+            return tags
+        level = decoded
+    return False  # escaped more often than is looked at
+
+
+def title_text(value: str) -> str:
+    """A title's text as published: text that looks like markup but does nothing as
+    HTML (``<p>Entry Title</p>``) is the title itself (white space aside); anything else
+    is :func:`plain_text` (a reader rendering titles as HTML would run or load it)."""
+    if _inert_markup(value):
+        return " ".join(value.split())
+    return plain_text(value)
+
+
 def plain_author(value: str) -> str:
     """An author as plain text; ``Name <user@host>`` becomes ``user@host (Name)``."""
     match = _NAME_ADDRESS.fullmatch(value)
@@ -114,12 +145,11 @@ def label(*candidates: str) -> str:
 
 
 def safe_url(url: str) -> bool:
-    """True for a relative URL or one with an ordinary scheme (not ``javascript:``...)."""
-    compact = _IGNORED.sub("", url)
-    match = _SCHEME.match(compact)
-    if match is None:
+    """True for a relative URL or one with an ordinary scheme (not ``javascript:``...):
+    the rule for links inside HTML."""
+    scheme = scheme_of(url)
+    if scheme is None:
         return True  # no scheme: relative
-    scheme = match.group(1).lower()
     return bool(_VALID_SCHEME.fullmatch(scheme)) and scheme in SAFE_SCHEMES
 
 
@@ -135,7 +165,12 @@ def _reduce_to_text(item: etree._Element) -> None:
     for element in list(item.iter(*TITLE_ELEMENTS, *LABEL_ELEMENTS)):
         markup = _inner_html(element)
         person = etree.QName(element).localname in ("author", "creator")
-        text = plain_author(markup) if person else plain_text(markup)
+        if person:
+            text = plain_author(markup)
+        elif element.tag in TITLE_ELEMENTS and not len(element):  # text, not elements
+            text = title_text(markup)
+        else:
+            text = plain_text(markup)
         for child in list(element):
             element.remove(child)
         element.text = text
@@ -157,19 +192,23 @@ def sanitize_item(item: etree._Element) -> etree._Element:
                 for child in list(element):
                     element.remove(child)
                 element.text = clean
+    _check_urls(item)
+    return item
+
+
+def _check_urls(item: etree._Element) -> None:
+    """URLs outside the HTML as :mod:`roses_app.urls` allows them (the module doc)."""
     for tag in LINK_ELEMENTS:
         for element in list(item.iter(tag)):
-            if not safe_url(element.text or ""):
-                parent = element.getparent()
-                if parent is not None:
-                    parent.remove(element)
-    for element in item.iter():
-        if not isinstance(element.tag, str):
-            continue  # comments and processing instructions
-        for name in [n for n in element.attrib if etree.QName(n).localname in URL_ATTRIBUTES]:
-            if not safe_url(element.attrib[name]):
+            parent = element.getparent()
+            if not web_url(element.text) and parent is not None:
+                parent.remove(element)
+    for element in item.iter(etree.Element):
+        for name in list(element.attrib):
+            local, value = etree.QName(name).localname, element.attrib[name]
+            url = local in URL_ATTRIBUTES and not web_url(value)
+            if url or (local == "domain" and not taxonomy(value)):
                 del element.attrib[name]
     for guid in item.iter("guid"):
-        if guid.get("isPermaLink", "true") != "false" and not safe_url(guid.text or ""):
+        if guid.get("isPermaLink", "true") != "false" and not web_url(guid.text):
             guid.set("isPermaLink", "false")
-    return item

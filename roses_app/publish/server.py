@@ -20,7 +20,9 @@ answers while every other thread waits for a render.
 
 Absolute links (feeds, OPML, index) use ``settings.http.base_url``, else the configured
 host and the port the server listens on: never a request's ``Host`` header, which
-anyone can set.
+anyone can set.  Every response carries ``X-Content-Type-Options: nosniff`` and HTML
+pages their Content-Security-Policy (:mod:`.headers`); a 404 says where the feeds are
+listed, not what was asked for (nothing of a request is reflected).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from starlette.routing import Route
 from roses_app.config.model import Config
 from roses_app.publish.cache import Document, RenderCache, etag_of
 from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, feeds_of, render_feed
+from roses_app.publish.headers import HeadersApp
 from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
 from roses_app.publish.pull import PullQueries
@@ -218,17 +221,18 @@ class _Pages:
             (info, fmt), updated, rendered, media_type=media_type, updated=updated
         )
 
-    def not_found(self, request: Request) -> Response:
+    def not_found(self, request: Request, exc: Exception | None = None) -> Response:
+        """The 404 of every path: where to look, and nothing of the request (the path
+        is not echoed: a reflected text is a phishing page's or a sniffer's material)."""
+        del exc
         base = server_base(self.config, request)
-        lines = [f"No published feed at {request.url.path}.", ""]
-        feeds = self.catalog.feeds(base)
-        if feeds:
-            lines.append("Published feeds:")
-            lines.extend(f"  {f.title}: {f.rss_url}  {f.atom_url}" for f in feeds)
-        else:
-            lines.append("No feed is published yet (a stream needs `publish:` in feeds.yaml;")
-            lines.append("a split stream's feeds appear once its first items are processed).")
-        lines += ["", f"Index: {base}/   OPML: {base}/feeds.opml"]
+        lines = [
+            "Not found.",
+            "",
+            f"Every published feed is listed at {base}/ (OPML: {base}/feeds.opml).",
+            "A stream is published with `publish:` in feeds.yaml; the feeds of a split",
+            "stream appear once its first items are processed.",
+        ]
         return PlainTextResponse("\n".join(lines) + "\n", status_code=404)
 
 
@@ -277,7 +281,7 @@ def create_app(
         endpoint = hub.endpoint(lambda request: server_base(config, request))
         routes.append(Route(HUB_PATH, endpoint, methods=["POST"]))
     # No gzip middleware: documents are gzipped once, in the cache; the rest is small.
-    app = Starlette(routes=routes)
+    app = HeadersApp(routes=routes, exception_handlers={404: pages.not_found})
     app.state.catalog = pages.catalog
     app.state.store = store
     app.state.render_cache = pages.documents
