@@ -355,6 +355,7 @@ class Daemon:
             store_bytes=sum(map(_size, data.glob("store.sqlite*"))),
             spool_bytes=sum(map(_size, spool)),
             spool_files=len(spool),
+            websub=self.hub.stats() if self.hub is not None and self.hub.running else {},
         )
 
     def _tallies(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
@@ -400,6 +401,7 @@ class Daemon:
             "revised_windows_per_stream": tallies["revised"],  # retractions
             # publication dates not believed (before 1990, too far ahead): ingest time used
             "implausible_dates_per_source": dict(self.spool.implausible_dates),
+            "websub": self.hub.stats() if self.hub is not None and self.hub.running else {},
             **counters,
         }
 

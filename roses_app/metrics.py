@@ -49,6 +49,15 @@ class Snapshot:
     store_bytes: int = 0
     spool_bytes: int = 0
     spool_files: int = 0
+    # the WebSub hub's stats (Hub.stats): counts of events, and WEBSUB_GAUGES
+    websub: dict[str, int] = field(default_factory=dict)
+
+
+WEBSUB_GAUGES = {
+    "subscriptions": "WebSub subscriptions recorded",
+    "pending": "WebSub verifications, deliveries and pings not over",
+    "verifications_waiting": "WebSub subscription requests waiting for their verification",
+}
 
 
 class SnapshotCollector(Collector):
@@ -102,6 +111,22 @@ class SnapshotCollector(Collector):
             ("roses_spool_files", "Event files in the spool", now.spool_files),
         ):
             yield GaugeMetricFamily(name, text, value=value)
+        yield from _websub(now.websub)
+
+
+def _websub(stats: dict[str, int]) -> Iterator[Metric]:
+    events = {k: v for k, v in stats.items() if k not in WEBSUB_GAUGES}
+    yield _counter(
+        "roses_websub_events",
+        "WebSub hub events: requests (refused, busy: answered 503), verifications "
+        "(verified, unverified), deliveries (delivered, retries, failed: dropped after "
+        "the last attempt), callbacks_refused (non-public addresses), pings, errors",
+        "event",
+        events,
+    )
+    for key, text in WEBSUB_GAUGES.items():
+        if key in stats:
+            yield GaugeMetricFamily(f"roses_websub_{key}", text, value=stats[key])
 
 
 def _counter(name: str, text: str, label: str, values: dict[str, int]) -> CounterMetricFamily:

@@ -25,7 +25,15 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from roses_app.algebra.plan import Source
-from roses_app.config.model import Config, FeedSource, HttpSettings, Publish, Settings, StreamConfig
+from roses_app.config.model import (
+    Config,
+    FeedSource,
+    HttpSettings,
+    Publish,
+    Settings,
+    StreamConfig,
+    WebSubSettings,
+)
 from roses_app.publish import HttpServer, create_app
 from roses_app.publish.websub import HUB_PATH, Hub, signature_ok
 from roses_app.store import OutRow, Store
@@ -62,7 +70,12 @@ def subscriber(received: list[threading.Event]) -> ThreadingHTTPServer:
 def run(rounds: int, folder: Path) -> list[float]:
     config = Config(
         path=folder / "feeds.yaml",
-        settings=Settings(data_dir=folder, http=HttpSettings("127.0.0.1", 0)),
+        settings=Settings(
+            data_dir=folder,
+            http=HttpSettings("127.0.0.1", 0),
+            # the benchmark's subscriber is on 127.0.0.1
+            websub=WebSubSettings(allow_private_callbacks=True),
+        ),
         sources={"src": FeedSource("src", "file:x.xml", 60.0)},
         streams={"news": StreamConfig("news", Source("src"), Publish("News"))},
     )

@@ -57,10 +57,22 @@ class FetchSettings:
 class WebSubSettings:
     """``settings.websub``: ROSES is the hub of its feeds; ``external_hub`` is also
     pinged (``hub.mode=publish``) when a feed changes; ``lease_seconds`` is the lease
-    given when a subscriber asks none, and the longest one granted."""
+    given when a subscriber asks none, and the longest one granted.
+
+    Callbacks on loopback, private and other non-public addresses are refused unless
+    ``allow_private_callbacks``.  Each call to a callback ends after ``timeout_seconds``;
+    at most ``concurrency`` verifications, and as many deliveries, are in flight, at
+    most ``per_host`` of each to one host; at most ``verify_queue`` subscription
+    requests wait for their verification (a tenth of them for one host, at least
+    ``per_host``): more are answered 503 with Retry-After."""
 
     external_hub: str | None = None
     lease_seconds: float = 10 * 86400.0
+    allow_private_callbacks: bool = False
+    timeout_seconds: float = 10.0
+    concurrency: int = 50
+    per_host: int = 4
+    verify_queue: int = 1000
 
 
 @dataclass(frozen=True)

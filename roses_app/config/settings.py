@@ -61,7 +61,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
     max_future = s.duration("max_future", d.max_future / 1_000_000)
     spool_section = s.section("spool", optional=("compact_every",))
     compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
-    websub = _websub(problems, s.section("websub", optional=("external_hub", "lease")), d)
+    websub = _websub(problems, s.section("websub", optional=WEBSUB_KEYS), d.websub)
     return Settings(
         data_dir=data_path,
         http=http,
@@ -159,10 +159,26 @@ def _namespaces(problems: Problems, s: Section) -> tuple[tuple[str, str], ...]:
     return tuple(namespaces)
 
 
-def _websub(problems: Problems, w: Section, d: Settings) -> WebSubSettings:
-    hub = _url(problems, w, "external_hub", "settings.websub")
+WEBSUB_KEYS = (
+    "external_hub",
+    "lease",
+    "allow_private_callbacks",
+    "timeout",
+    "concurrency",
+    "per_host",
+    "verify_queue",
+)
+
+
+def _websub(problems: Problems, w: Section, d: WebSubSettings) -> WebSubSettings:
     return WebSubSettings(
-        external_hub=hub, lease_seconds=w.duration("lease", d.websub.lease_seconds)
+        external_hub=_url(problems, w, "external_hub", "settings.websub"),
+        lease_seconds=w.duration("lease", d.lease_seconds),
+        allow_private_callbacks=w.boolean("allow_private_callbacks", d.allow_private_callbacks),
+        timeout_seconds=w.duration("timeout", d.timeout_seconds),
+        concurrency=w.integer("concurrency", d.concurrency, minimum=1, maximum=10_000),
+        per_host=w.integer("per_host", d.per_host, minimum=1, maximum=1_000),
+        verify_queue=w.integer("verify_queue", d.verify_queue, minimum=1, maximum=1_000_000),
     )
 
 

@@ -7,41 +7,48 @@ verifies the subscriber's intent in the background: a GET to the callback with
 echo the challenge with a 2xx.  Only then is the subscription recorded (or removed),
 in :class:`~roses_app.publish.websub_table.SubscriptionTable`, so a restart keeps it.
 A topic must be a feed document ROSES publishes (RSS, Atom or JSON Feed); anything
-else is refused with 400.  A lease ends unless the subscriber subscribes again.
+else is refused with 400, as is a callback on a non-public address (see
+:mod:`~roses_app.publish.websub_client`).  A lease ends unless the subscriber
+subscribes again.
 
-Content distribution: the store calls :meth:`Hub.feeds_changed` after each committed
-write; for every subscriber of a changed feed the hub POSTs the feed document (the
-bytes a GET of the topic returns, from the same render cache), with its Content-Type,
-``Link: <hub>; rel="hub", <topic>; rel="self"`` and, when the subscriber gave a secret,
-``X-Hub-Signature: sha256=HMAC(secret, body)``.  A failed delivery is retried with
-exponential backoff, a bounded number of times; content newer than what is being
-retried replaces it.  ``410 Gone`` ends a subscription.  With
-``settings.websub.external_hub``, that hub is also pinged (``hub.mode=publish``).
+Verification is bounded: at most ``settings.websub.verify_queue`` requests wait for
+it (fewer for one host), more are answered 503 with ``Retry-After``; at most
+``concurrency`` are in flight (``per_host`` to one host), each call within
+``timeout``.  Content distribution (:mod:`~roses_app.publish.websub_delivery`) has
+limits of its own, so neither can starve the other.
 
 Everything runs on one asyncio loop in a thread of its own (``start``/``stop``); the
-store's writer only enqueues.
+store's writer and the HTTP server only hand work over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from roses_app.config.model import Config
-from roses_app.publish.cache import Document
+from roses_app.errors import StoreError
 from roses_app.publish.catalog import Catalog
-from roses_app.publish.render import FeedInfo
+from roses_app.publish.websub_client import (
+    Slots,
+    callback_client,
+    check_callback,
+    exchange,
+    host_of,
+)
+from roses_app.publish.websub_delivery import Deliveries, Renderer
 from roses_app.publish.websub_intent import (
     TOPIC_FORMATS,
     HubRequestError,
@@ -49,12 +56,10 @@ from roses_app.publish.websub_intent import (
     Topics,
     link_header,
     parse_form,
-    topic_url,
     with_query,
 )
 from roses_app.publish.websub_table import (
     HUB_PATH,
-    SIGNATURE_HEADER,
     Subscription,
     SubscriptionTable,
     hub_urls,
@@ -77,10 +82,8 @@ __all__ = [
 ]
 
 MAX_REQUEST_BYTES = 16 * 1024
-SWEEP_SECONDS = 60.0
-USER_AGENT = "ROSES-WebSub/0.1"
-
-Renderer = Callable[[FeedInfo, str], Document]
+IO_THREADS = 8  # the loop's threads for SQLite and name resolution
+CLOSE_SECONDS = 3.0  # to close the clients' connections when stopping
 
 
 class Hub:
@@ -100,37 +103,43 @@ class Hub:
         clock: Callable[[], float] = time.time,
         retry_delay: float = 2.0,
         max_attempts: int = 5,
-        timeout: float = 10.0,
     ) -> None:
         self.config = config
+        self.settings = config.settings.websub
         self.store = store
         self.table = SubscriptionTable(path)
         self.catalog = Catalog(config, store)
         self.topics = Topics(config, self.catalog)
         self.clock = clock
-        self.retry_delay = retry_delay
-        self.max_attempts = max(1, max_attempts)
-        self.timeout = timeout
+        self.deadline = self.settings.timeout_seconds
+        self.host_queue = max(self.settings.per_host, self.settings.verify_queue // 10)
         self.counters = dict.fromkeys(
-            ("requests", "refused", "verified", "unverified", "delivered", "retries", "failed"),
+            ("requests", "refused", "busy", "verified", "unverified", "delivered", "retries"),
             0,
-        ) | {"pings": 0, "pings_failed": 0, "errors": 0}
-        self._render: Renderer | None = None
+        ) | dict.fromkeys(("failed", "callbacks_refused", "pings", "pings_failed", "errors"), 0)
+        self.deliveries = Deliveries(self, retry_delay=retry_delay, max_attempts=max_attempts)
         self._base: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._pending = 0
+        self._stopping: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Counted under _idle: work not over (drain), and subscription requests whose
+        # verification is not over, in all and per callback host (the 503 bounds).
         self._idle = threading.Condition()
-        # per subscription, on the loop only: the newest document not yet delivered
-        self._latest: dict[tuple[str, str], tuple[Document, str]] = {}
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._pending = 0
+        self._waiting = 0
+        self._waiting_at: dict[str, int] = {}
 
     # -- wiring --------------------------------------------------------------------
 
     def bind(self, render: Renderer) -> None:
         """The server's renderer: the same documents (and bytes) as its feed URLs."""
-        self._render = render
+        self.deliveries.render = render
+
+    @property
+    def base(self) -> str | None:
+        """The server's base URL given to :meth:`start` (for the external hub's topics)."""
+        return self._base
 
     @property
     def running(self) -> bool:
@@ -142,63 +151,110 @@ class Hub:
         if self._thread is not None:
             raise RuntimeError("the WebSub hub was already started")
         self._base = base
-        loop = asyncio.new_event_loop()
         ready = threading.Event()
-        self._loop = loop
         self._thread = threading.Thread(
-            target=self._run, args=(loop, ready), name="roses-websub", daemon=True
+            target=self._run, args=(ready,), name="roses-websub", daemon=True
         )
         self._thread.start()
         ready.wait()
         self.store.add_listener(self.feeds_changed)
-        log.info("WebSub hub started with %d subscription(s)", len(self.table.all()))
+        log.info("WebSub hub started with %d subscription(s)", self.table.count())
 
-    def _run(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
-        asyncio.set_event_loop(loop)
-        self._client = httpx.AsyncClient(
-            timeout=self.timeout, follow_redirects=False, headers={"User-Agent": USER_AGENT}
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(ThreadPoolExecutor(IO_THREADS, "roses-websub-io"))
+        try:
+            loop.run_until_complete(self._main(loop, ready))
+        except Exception:  # logged: the server goes on without its hub
+            log.exception("the WebSub hub stopped on an error; restart ROSES to serve it")
+        finally:
+            ready.set()
+            loop.close()  # its executor is not waited for (a name may be resolving)
+
+    async def _main(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        s = self.settings
+        guarded = not s.allow_private_callbacks
+        self._verify_client = callback_client(
+            connections=s.concurrency, keepalive=0, deadline=self.deadline, guarded=guarded
         )
+        self._verify_lane = asyncio.Semaphore(s.concurrency)
+        self._verify_slots = Slots(s.per_host)
+        self._stopping = asyncio.Event()
+        clients = [self._verify_client, *self.deliveries.open()]
         sweeper = loop.create_task(self._sweep())
-        loop.call_soon(ready.set)
-        loop.run_forever()
-        sweeper.cancel()
-        loop.run_until_complete(asyncio.gather(sweeper, return_exceptions=True))
-        loop.run_until_complete(self._client.aclose())
-        loop.close()
+        self._loop = loop
+        ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await asyncio.sleep(0)  # work handed over just before the stop: cancelled too
+            tasks = [sweeper, *self._tasks]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._close(clients)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop listening, let deliveries in flight finish (up to ``timeout``), close."""
+    @staticmethod
+    async def _close(clients: list[Any]) -> None:
+        try:
+            async with asyncio.timeout(CLOSE_SECONDS):
+                for client in clients:
+                    await client.aclose()
+        except TimeoutError:
+            log.warning("WebSub: connections still closing after %g s; left", CLOSE_SECONDS)
+
+    def stop(self, grace: float = 1.0, timeout: float = 10.0) -> None:
+        """Stop listening; work still pending after ``grace`` seconds (verifications,
+        deliveries, their retries) is cancelled, and its connections closed."""
         self.store.remove_listener(self.feeds_changed)
-        loop, thread = self._loop, self._thread
-        if loop is not None and thread is not None:
-            if not self.drain(timeout):
-                log.warning("WebSub: stopping with deliveries still pending (they are dropped)")
-            asyncio.run_coroutine_threadsafe(self._cancel_all(), loop).result(timeout)
-            loop.call_soon_threadsafe(loop.stop)
+        loop, thread, stopping = self._loop, self._thread, self._stopping
+        if loop is not None and thread is not None and stopping is not None:
+            if not self.drain(grace):
+                log.info("WebSub: stopping; %d task(s) not over are cancelled", self._pending)
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:  # the loop already ended, on an error it logged
+                log.debug("WebSub: the hub's loop had already ended")
             thread.join(timeout)
-        self._thread = self._loop = None
+            if thread.is_alive():
+                log.warning("WebSub: the hub did not end within %g s; left behind", timeout)
+        self._thread = self._loop = self._stopping = None
         self.table.close()
-
-    async def _cancel_all(self) -> None:
-        current = asyncio.current_task()
-        tasks = [t for t in asyncio.all_tasks() if t is not current]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until no verification, delivery or ping is pending; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
-    def _submit(self, work: Coroutine[Any, Any, None]) -> None:
-        loop = self._loop
-        if loop is None:
-            work.close()
-            return
+    def submit(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` on the hub's loop (from any thread), counted until it is over."""
         with self._idle:
             self._pending += 1
-        asyncio.run_coroutine_threadsafe(self._tracked(work), loop)
+        if not self._hand_over(self._tracked(work)):
+            work.close()
+            self._done()
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Like :meth:`submit`, from the hub's loop."""
+        with self._idle:
+            self._pending += 1
+        self._start(self._tracked(work))
+
+    def _hand_over(self, work: Coroutine[Any, Any, None]) -> bool:
+        loop = self._loop
+        try:
+            if loop is not None:
+                loop.call_soon_threadsafe(self._start, work)
+                return True
+        except RuntimeError:  # the loop closed meanwhile
+            log.debug("WebSub: the hub stopped; work not handed over")
+        work.close()  # nothing will run it
+        return False
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # the loop keeps only a weak reference to its tasks
+        task.add_done_callback(self._tasks.discard)
 
     async def _tracked(self, work: Coroutine[Any, Any, None]) -> None:
         try:
@@ -207,13 +263,28 @@ class Hub:
             self.counters["errors"] += 1
             log.exception("WebSub task failed")
         finally:
-            with self._idle:
-                self._pending -= 1
-                self._idle.notify_all()
+            self._done()
+
+    def _done(self, host: str | None = None) -> None:
+        with self._idle:
+            self._pending -= 1
+            if host is not None:
+                self._waiting -= 1
+                left = self._waiting_at.pop(host) - 1
+                if left:
+                    self._waiting_at[host] = left
+            self._idle.notify_all()
 
     def stats(self) -> dict[str, int]:
-        """Counters since start, and the subscriptions recorded (for /healthz)."""
-        return {**self.counters, "subscriptions": len(self.table.all())}
+        """Counters since start, what waits, and the subscriptions (for /healthz)."""
+        with self._idle:
+            stats = {**self.counters, "verifications_waiting": self._waiting}
+            stats["pending"] = self._pending
+        try:
+            stats["subscriptions"] = self.table.count()
+        except StoreError as exc:  # closed by a stop meanwhile: the rest still holds
+            log.debug("WebSub: no subscription count: %s", exc)
+        return stats
 
     # -- subscription requests -----------------------------------------------------
 
@@ -232,153 +303,122 @@ class Hub:
                 if len(body) > MAX_REQUEST_BYTES:
                     raise HubRequestError(f"the request is over {MAX_REQUEST_BYTES} bytes")
                 form = parse_form(body)
-                base = base_of(request)
-                intent = await anyio.to_thread.run_sync(self.topics.intent, form, base)
             except HubRequestError as exc:
                 self.counters["refused"] += 1
                 return PlainTextResponse(f"{exc}\n", status_code=400)
             if not self.running:
                 return PlainTextResponse("the hub is not running; retry later\n", 503)
-            self._submit(self._verify(intent))
-            return PlainTextResponse(
-                f"Accepted: {intent.mode} will be verified at {intent.callback}\n",
-                status_code=202,
-            )
+            return await self._accept(form, base_of(request))
 
         return hub
 
+    async def _accept(self, form: dict[str, str], base: str) -> Response:
+        """Queue the verification the request ``form`` asks, unless too many wait (503,
+        answered first: it costs least) or the request is refused (400)."""
+        host = host_of(form.get("hub.callback", ""))
+        busy = self._admit(host)
+        if busy is not None:
+            self.counters["busy"] += 1
+            text, seconds = busy
+            return PlainTextResponse(
+                f"{text}; retry after {seconds} s\n", 503, headers={"Retry-After": str(seconds)}
+            )
+        queued = False
+        try:
+            intent = await anyio.to_thread.run_sync(self.topics.intent, form, base)
+            if not self.settings.allow_private_callbacks:
+                await check_callback(intent.callback, self.deadline)
+            queued = self._hand_over(self._verification(intent, host))
+        except HubRequestError as exc:
+            self.counters["refused"] += 1
+            return PlainTextResponse(f"{exc}\n", status_code=400)
+        finally:
+            if not queued:
+                self._done(host)
+        if not queued:
+            return PlainTextResponse("the hub is stopping; retry later\n", 503)
+        return PlainTextResponse(
+            f"Accepted: {intent.mode} will be verified at {intent.callback}\n", status_code=202
+        )
+
+    def _admit(self, host: str) -> tuple[str, int] | None:
+        """Count one more request waiting for verification; or, when too many wait,
+        why not and in how many seconds to retry: one call's deadline, by when a slot
+        has freed (answering 503 again costs little; waiting for all costs more)."""
+        retry = max(1, math.ceil(self.deadline))
+        with self._idle:
+            at_host = self._waiting_at.get(host, 0)
+            if self._waiting >= self.settings.verify_queue:
+                return f"{self._waiting} subscription requests wait for verification", retry
+            if at_host >= self.host_queue:
+                return f"{at_host} subscription requests for callbacks at {host} wait", retry
+            self._waiting += 1
+            self._waiting_at[host] = at_host + 1
+            self._pending += 1
+        return None
+
+    async def _verification(self, intent: Intent, host: str) -> None:
+        try:
+            async with self._verify_slots.hold(host, self._verify_lane):
+                await self._verify(intent)
+        except Exception:  # this request's failure (logged, counted), never the hub's
+            self.counters["errors"] += 1
+            log.exception("WebSub verification of %s failed", intent.callback)
+        finally:
+            self._done(host)
+
     async def _verify(self, intent: Intent) -> None:
-        assert self._client is not None
         challenge = secrets.token_urlsafe(24)
         params = {"hub.mode": intent.mode, "hub.topic": intent.topic, "hub.challenge": challenge}
         if intent.mode == "subscribe":
             params["hub.lease_seconds"] = str(intent.lease_seconds)
-        try:
-            answer = await self._client.get(with_query(intent.callback, params))
-            confirmed = answer.is_success and answer.text.strip() == challenge
-            why = f"HTTP {answer.status_code}" if not answer.is_success else "a wrong challenge"
-        except httpx.HTTPError as exc:
-            confirmed, why = False, f"{type(exc).__name__}: {exc}"
-        if not confirmed:
+        url = with_query(intent.callback, params)
+        answer = await exchange(self._verify_client, "GET", url, self.deadline)
+        echoed = answer.body.decode("utf-8", "replace").strip() == challenge
+        if not (answer.ok and echoed):
             self.counters["unverified"] += 1
+            self.counters["callbacks_refused"] += int(answer.refused)
+            why = answer.why() if not answer.ok else "a wrong challenge"
             log.info("WebSub %s of %s not verified (%s)", intent.mode, intent.callback, why)
             return
         self.counters["verified"] += 1
         if intent.mode == "unsubscribe":
-            self.table.remove(intent.topic, intent.callback)
+            await asyncio.to_thread(self.table.remove, intent.topic, intent.callback)
+            self.deliveries.forget(intent.topic, intent.callback)
         else:
-            now = self.clock()
-            self.table.upsert(
-                Subscription(
-                    intent.topic,
-                    intent.callback,
-                    intent.secret,
-                    intent.lease_seconds,
-                    now + intent.lease_seconds,
-                    intent.stream,
-                    intent.part,
-                    intent.base,
-                    now,
-                )
-            )
+            await asyncio.to_thread(self.table.upsert, self._subscription(intent))
         log.info("WebSub %s verified: %s -> %s", intent.mode, intent.topic, intent.callback)
+
+    def _subscription(self, intent: Intent) -> Subscription:
+        now = self.clock()
+        return Subscription(
+            intent.topic,
+            intent.callback,
+            intent.secret,
+            intent.lease_seconds,
+            now + intent.lease_seconds,
+            intent.stream,
+            intent.part,
+            intent.base,
+            now,
+        )
 
     async def _sweep(self) -> None:
         while True:
-            await asyncio.sleep(SWEEP_SECONDS)
-            purged = self.table.purge(self.clock())
+            await asyncio.sleep(60.0)
+            try:
+                purged = await asyncio.to_thread(self.table.purge, self.clock())
+            except StoreError as exc:  # tried again at the next sweep
+                log.warning("WebSub: %s", exc)
+                continue
             if purged:
                 log.info("WebSub: %d subscription lease(s) expired", purged)
 
     # -- content distribution ------------------------------------------------------
 
     def feeds_changed(self, feeds: Iterable[tuple[str, str]]) -> None:
-        """Store listener: new content in these (stream, part) feeds.  Only enqueues."""
+        """Store listener: new content in these (stream, part) feeds.  Only hands over."""
         for stream, part in sorted(set(feeds)):
-            self._submit(self._distribute(stream, part))
+            self.submit(self.deliveries.distribute(stream, part))
             if self.config.settings.websub.external_hub:
-                self._submit(self._ping(stream, part))
-
-    async def _distribute(self, stream: str, part: str) -> None:
-        subs = self.table.for_feed(stream, part, self.clock())
-        documents: dict[tuple[str, str], tuple[Document, str] | None] = {}
-        for sub in subs:
-            key = (sub.topic, sub.base)
-            if key not in documents:
-                documents[key] = await asyncio.to_thread(self._document, sub.topic, sub.base)
-            doc = documents[key]
-            if doc is None:
-                log.info("WebSub: %s is no longer published; not delivered", sub.topic)
-                continue
-            asyncio.get_running_loop().create_task(self._tracked(self._deliver(sub, *doc)))
-            with self._idle:
-                self._pending += 1
-
-    def _document(self, topic: str, base: str) -> tuple[Document, str] | None:
-        found = self.topics.resolve(topic, base)
-        if found is None or self._render is None:
-            return None
-        info, fmt = found
-        return self._render(info, fmt), link_header(info, fmt)
-
-    async def _deliver(self, sub: Subscription, doc: Document, links: str) -> None:
-        key = (sub.topic, sub.callback)
-        self._latest[key] = (doc, links)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            pending = self._latest.pop(key, None)
-            if pending is None:
-                return  # an earlier task of this subscriber already sent this content
-            for attempt in range(self.max_attempts):
-                if attempt:
-                    self.counters["retries"] += 1
-                    await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
-                    if key in self._latest:
-                        return  # newer content is waiting: it replaces this one
-                status = await self._post(sub, *pending)
-                if status is not None and 200 <= status < 300:
-                    self.counters["delivered"] += 1
-                    return
-                if status == 410:
-                    log.info("WebSub: %s answered 410 Gone; unsubscribed", sub.callback)
-                    self.table.remove(sub.topic, sub.callback)
-                    return
-            self.counters["failed"] += 1
-            log.warning("WebSub: gave up delivering %s to %s", sub.topic, sub.callback)
-
-    async def _post(self, sub: Subscription, doc: Document, links: str) -> int | None:
-        assert self._client is not None
-        headers = {"Content-Type": f"{doc.media_type}; charset=utf-8", "Link": links}
-        if sub.secret:
-            headers[SIGNATURE_HEADER] = sign(sub.secret, doc.body)
-        try:
-            answer = await self._client.post(sub.callback, content=doc.body, headers=headers)
-        except httpx.HTTPError as exc:
-            log.info("WebSub delivery to %s failed: %s: %s", sub.callback, type(exc).__name__, exc)
-            return None
-        if not answer.is_success:
-            log.info("WebSub delivery to %s: HTTP %d", sub.callback, answer.status_code)
-        return answer.status_code
-
-    async def _ping(self, stream: str, part: str) -> None:
-        """Tell the external hub that this feed's documents changed."""
-        assert self._client is not None
-        hub = self.config.settings.websub.external_hub
-        base = self.catalog.base(self._base)
-        info = await asyncio.to_thread(self.catalog.lookup, stream, part or None, base)
-        if hub is None or info is None:
-            return
-        for fmt in TOPIC_FORMATS:
-            form = {"hub.mode": "publish", "hub.url": topic_url(info, fmt)}
-            for attempt in range(self.max_attempts):
-                if attempt:
-                    await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
-                try:
-                    answer = await self._client.post(hub, data=form)
-                    if answer.is_success:
-                        self.counters["pings"] += 1
-                        break
-                    log.info("WebSub: the hub %s answered HTTP %d", hub, answer.status_code)
-                except httpx.HTTPError as exc:
-                    log.info("WebSub: cannot ping the hub %s: %s", hub, exc)
-            else:
-                self.counters["pings_failed"] += 1
+                self.submit(self.deliveries.ping(stream, part))

@@ -1,14 +1,17 @@
 """WebSub subscription requests: which topics exist, and what a request asks.
 
 A topic is the URL of a feed document ROSES publishes (RSS, Atom or JSON Feed) under
-the server's base URL; a request names one, a callback (any http(s) URL), an optional
-lease (granted up to ``settings.websub.lease``) and an optional secret.
+the server's base URL; a request names one, a callback (an http(s) URL, whose address
+:mod:`~roses_app.publish.websub_client` checks), an optional lease (granted up to
+``settings.websub.lease``: the hub chooses it, WebSub 5.1) and an optional secret.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+import httpx
 
 from roses_app.config.model import Config
 from roses_app.errors import RosesError
@@ -38,6 +41,39 @@ def with_query(url: str, params: dict[str, str]) -> str:
     parts = urlsplit(url)
     query = "&".join(q for q in (parts.query, urlencode(params)) if q)
     return parts._replace(query=query, fragment="").geturl()
+
+
+def parse_lease(text: str, longest: int) -> int:
+    """``hub.lease_seconds`` → the lease granted: what was asked, at most ``longest``
+    (also when none was asked).  Only the ASCII digits 0-9 make a number; a huge one
+    is clamped without being converted (``int`` refuses over 4,300 digits)."""
+    text = text.strip()
+    if not text:
+        return longest
+    if not (text.isascii() and text.isdigit()):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise HubRequestError(
+            "hub.lease_seconds must be a whole number of seconds written with the digits "
+            f"0-9 (e.g. 86400), got {shown!r}"
+        )
+    digits = text.lstrip("0")
+    if not digits:
+        raise HubRequestError("hub.lease_seconds must be more than 0 (or left out)")
+    if len(digits) > len(str(longest)):
+        return longest
+    return min(int(digits), longest)
+
+
+def check_callback_url(callback: str) -> None:
+    """A callback must be an http(s) URL with a host (and a port, if any, that exists)."""
+    parts = urlsplit(callback)
+    try:
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+        httpx.URL(callback)
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise HubRequestError(f"hub.callback {callback!r} is not a valid URL: {exc}") from exc
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise HubRequestError(f"hub.callback must be an http(s) URL, got {callback!r}")
 
 
 def parse_form(body: bytes) -> dict[str, str]:
@@ -90,9 +126,7 @@ class Topics:
         if mode not in ("subscribe", "unsubscribe"):
             raise HubRequestError(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")
         callback = form.get("hub.callback", "")
-        parts = urlsplit(callback)
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            raise HubRequestError(f"hub.callback must be an http(s) URL, got {callback!r}")
+        check_callback_url(callback)
         topic = form.get("hub.topic", "")
         found = self.resolve(topic, base)
         if found is None:
@@ -104,15 +138,13 @@ class Topics:
         if secret is not None and len(secret.encode("utf-8")) > MAX_SECRET_BYTES:
             raise HubRequestError("hub.secret must be less than 200 bytes")
         longest = max(1, int(self.config.settings.websub.lease_seconds))
-        lease = form.get("hub.lease_seconds", "").strip()
-        if lease and not (lease.isdigit() and int(lease) > 0):
-            raise HubRequestError(f"hub.lease_seconds must be a positive integer, got {lease!r}")
+        lease = parse_lease(form.get("hub.lease_seconds", ""), longest)
         info, _fmt = found
         return Intent(
             mode=mode,
             topic=topic,
             callback=callback,
-            lease_seconds=min(int(lease or longest), longest),
+            lease_seconds=lease,
             secret=secret,
             stream=info.stream,
             part=info.part,

@@ -135,6 +135,12 @@ class SubscriptionTable:
             ).fetchall()
         return [Subscription(*r) for r in rows]
 
+    def count(self) -> int:
+        """How many subscriptions are recorded (expired ones until purged)."""
+        with self._locked("count WebSub subscriptions") as conn:
+            (n,) = conn.execute("SELECT count(*) FROM subscriptions").fetchone()
+        return int(n)
+
     def purge(self, now: float) -> int:
         """Forget the subscriptions whose lease ended; how many."""
         with self._locked("purge expired WebSub subscriptions") as conn:
