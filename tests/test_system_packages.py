@@ -8,6 +8,7 @@ through the same script a fresh machine runs.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -181,3 +182,31 @@ def test_bootstrap_installs_missing_packages_only_as_root(
 def test_bootstrap_leaves_present_packages_alone(tmp_path: Path) -> None:
     plan = bootstrap_plan(tmp_path, 0, apt=True, newsboat=True)
     assert "newsboat" not in plan  # the others depend on this machine
+
+
+def compile_pyspark(site: Path) -> subprocess.CompletedProcess[str]:
+    """bootstrap.sh's roses_compile_pyspark on ``site``, writing no bytecode otherwise."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(site),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    command = f"source scripts/bootstrap.sh; ROSES_PY={sys.executable}; roses_compile_pyspark"
+    return subprocess.run(
+        ["/bin/bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+
+
+def test_bootstrap_compiles_pyspark_even_under_pythondontwritebytecode(tmp_path: Path) -> None:
+    """pyspark installed by 'setup.py install' under PYTHONDONTWRITEBYTECODE has no
+    bytecode; its workers run the compiled code (roses_app/spark/pydaemon.py)."""
+    package = tmp_path / "site" / "pyspark"
+    (package / "sql").mkdir(parents=True)
+    for name in ("__init__.py", "worker.py", "sql/__init__.py"):
+        (package / name).write_text("X = 1\n")
+    first = compile_pyspark(tmp_path / "site")
+    assert "compiling" in first.stderr
+    for name in ("worker.py", "sql/__init__.py"):
+        assert Path(importlib.util.cache_from_source(str(package / name))).is_file(), name
+    again = compile_pyspark(tmp_path / "site")  # compiled: nothing to do
+    assert again.stderr == ""
