@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
 STOP_BATCH_SECONDS = 60.0  # on stop, how long a micro-batch in flight may take to finish
+STREAM_DETAIL_LIMIT = 1000  # /healthz lists streams one by one up to this many
+NOT_RUNNING_SHOWN = 20  # above it, the names of this many streams not running
 
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
@@ -139,14 +142,18 @@ class Daemon:
 
     def start_queries(self, once: bool) -> list[Any]:
         """Start the queries of the global plan of every stream."""
-        from roses_app.spark.runner import Engine, error_counter, start_queries
+        from roses_app.spark.runner import Engine, error_counter, plan_streams, start_queries
         from roses_app.spark.session import build_session
 
         settings = self.config.settings
         lock = () if self.folder_lock.fd is None else (self.folder_lock.fd,)
-        spark = build_session(
-            settings.spark, settings.data_dir / "cache", keep_fds=lock, finite=once
-        )
+        with ThreadPoolExecutor(1, thread_name_prefix="spark-start") as pool:
+            # the JVM starts in its own process: the plan is worked out meanwhile
+            starting = pool.submit(
+                build_session, settings.spark, settings.data_dir / "cache", lock, finite=once
+            )
+            planned = plan_streams(self.streams(), settings.namespaces)
+            spark = starting.result()
         if self.errors is None:
             self.errors = error_counter(spark)
         engine = Engine(
@@ -161,7 +168,7 @@ class Daemon:
             lateness=settings.lateness,
             on_batch=self.metrics.on_batch,
         )
-        return start_queries(engine, self.streams())
+        return start_queries(engine, planned)
 
     # -- modes ------------------------------------------------------------------------
     def once(
@@ -358,6 +365,24 @@ class Daemon:
             websub=self.hub.stats() if self.hub is not None and self.hub.running else {},
         )
 
+    def _streams_health(self, active: set[str]) -> dict[str, Any]:
+        """Each stream's state, or above STREAM_DETAIL_LIMIT streams (100,000
+        subscriptions make megabytes of JSON and seconds a request) their counts and
+        the first of those whose query does not run."""
+        published = set(self.store.streams())
+        names = self.config.streams
+        if len(names) <= STREAM_DETAIL_LIMIT:
+            return {
+                name: {"running": name in active, "published": name in published} for name in names
+            }
+        stopped = [name for name in names if name not in active]
+        return {
+            "total": len(names),
+            "running": len(names) - len(stopped),
+            "published": len(published),
+            "not_running": stopped[:NOT_RUNNING_SHOWN],
+        }
+
     def _tallies(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         return split_tallies(dict(self.errors.value) if self.errors is not None else {})
 
@@ -372,14 +397,10 @@ class Daemon:
             for r in self.queries
         }
         active = {name for r in self.queries if r.query.isActive for name in r.streams}
-        published = set(self.store.streams())
-        streams = {
-            name: {"running": name in active, "published": name in published}
-            for name in self.config.streams
-        }
-        sources = self._sources_health()
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
-        ok = all(s["running"] for s in streams.values())
+        ok = all(name in active for name in self.config.streams)
+        streams = self._streams_health(active)
+        sources = self._sources_health()
         dropped, tallies = self._tallies()
         with self._lock:
             counters = dict(self.counters)
@@ -392,7 +413,7 @@ class Daemon:
             "streams": streams,
             **sources,
             "spool_items": self.spool.count(),
-            "feeds": len(Catalog(self.config, self.store).feeds()),
+            "feeds": Catalog(self.config, self.store).count(),
             "dropped_items_per_step": dropped,
             # windows over publication time: items later than the lateness, results
             # computed again but unchanged (not published again)

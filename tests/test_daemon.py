@@ -144,6 +144,22 @@ def test_health_tells_running_from_published_per_stream(tmp_path: Path) -> None:
     daemon.close()
 
 
+def test_health_counts_streams_above_the_detail_limit(tmp_path: Path, monkeypatch) -> None:
+    """100,000 subscriptions: /healthz says how many streams run, not each one."""
+    import roses_app.daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "STREAM_DETAIL_LIMIT", 1)
+    daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
+    query = RunningQuery("stateless", frozenset({"plain"}), FakeQuery(True), lambda: FakeQuery(True))  # type: ignore[arg-type]
+    daemon.queries = [query]
+    health = daemon.health()
+    assert not health["ok"]
+    assert health["streams"] == {
+        "total": 2, "running": 1, "published": 0, "not_running": ["hourly"]
+    }  # fmt: skip
+    daemon.close()
+
+
 def test_a_second_daemon_on_the_data_folder_is_refused_and_told_who_holds_it(
     tmp_path: Path,
 ) -> None:

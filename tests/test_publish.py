@@ -223,7 +223,7 @@ def test_non_item_root_is_wrapped(store: Store) -> None:
 
 def test_catalog_and_split_parts(tmp_path: Path, store: Store) -> None:
     cat = Catalog(make_config(tmp_path), store)
-    assert [f.name for f in cat.feeds()] == ["news"]
+    assert [f.name for f in cat.feeds()] == ["news"] and cat.count() == 1
     groups = cat.groups()
     assert [(g.stream, g.split, len(g.feeds)) for g in groups] == [
         ("news", False, 1),
@@ -246,7 +246,7 @@ def test_catalog_and_split_parts(tmp_path: Path, store: Store) -> None:
         ],
     )
     names = [f.name for f in cat.feeds()]
-    assert names == ["news", "topics/a/b c", "topics/sport"]
+    assert names == ["news", "topics/a/b c", "topics/sport"] and cat.count() == 3
     part = cat.lookup("topics", "a/b c")
     assert part is not None
     assert part.rss_url == "http://127.0.0.1:8080/feeds/topics/a%2Fb%20c.rss"

@@ -30,8 +30,10 @@ class HttpSettings:
 class SparkSettings:
     master: str = "local[*]"
     shuffle_partitions: int = 2
-    # Seconds between micro-batches of the daemon's streaming queries.
-    trigger_seconds: float = 5.0
+    # Seconds between micro-batches of the daemon's streaming queries: an item waits for
+    # half of it on average before its batch starts (an idle trigger costs one listing
+    # of the spool's new files per query: ~3-5% of a core at 0.5 s).
+    trigger_seconds: float = 0.5
     conf: tuple[tuple[str, str], ...] = ()
     # The driver JVM's classes archived once and mapped at each start (spark/classarchive.py)
     class_archive: bool = True

@@ -136,10 +136,7 @@ class Catalog:
             publish = stream.publish
             assert publish is not None
             split = is_split(stream)
-            parts: Iterable[str | None] = self._parts(stream) if split else [None]
-            if not split and self._late_part(stream):
-                parts = [None, LATE_PART]
-            feeds = tuple(self._info(stream, p, base) for p in parts)
+            feeds = tuple(self._info(stream, p, base) for p in self._feed_parts(stream))
             out.append(
                 FeedGroup(
                     stream=stream.name,
@@ -151,6 +148,17 @@ class Catalog:
                 )
             )
         return out
+
+    def _feed_parts(self, stream: StreamConfig) -> list[str | None]:
+        """The parts of ``stream`` that are feeds now (None: the stream's own feed)."""
+        if is_split(stream):
+            return list(self._parts(stream))
+        return [None, LATE_PART] if self._late_part(stream) else [None]
+
+    def count(self) -> int:
+        """How many feeds :meth:`feeds` would list, without making them (/healthz at
+        100,000 streams)."""
+        return sum(len(self._feed_parts(stream)) for stream in self.published())
 
     def feeds(self, server_base: str | None = None) -> list[FeedInfo]:
         """Every feed document that exists now (split parts included)."""

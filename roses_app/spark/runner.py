@@ -47,8 +47,10 @@ from roses_app.spark.layout import (
     Generation,
     Layout,
     Ledger,
+    Planned,
     clear_unfinished_writes,
     plan_layout,
+    plan_streams,
     remove_query,
     save_generation,
 )
@@ -205,9 +207,10 @@ class Engine:
         return RunningQuery(name, streams, launch(), launch)
 
 
-def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
-    """Rewrite the streams, decide the queries, clear what is stale."""
-    streams = rewrite_streams(streams, engine.namespaces)
+def prepare(engine: Engine, streams: Sequence[Stream] | Planned) -> Layout:
+    """Rewrite the streams (unless planned already), decide the queries, clear what
+    is stale."""
+    planned = streams if isinstance(streams, Planned) else plan_streams(streams, engine.namespaces)
     engine.checkpoints.mkdir(parents=True, exist_ok=True)
     folder = engine.checkpoints / STATELESS_QUERY
     finish_rebase(folder, lambda: engine.sink.forget_query(STATELESS_QUERY, keep_position=True))
@@ -224,7 +227,13 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
         archived = last_archived_seq(archive_of(engine.log_dir))
     cores = engine.spark.sparkContext.defaultParallelism
     layout = plan_layout(
-        streams, engine.namespaces, engine.checkpoints, engine.sink, archived, cores
+        planned.streams,
+        engine.namespaces,
+        engine.checkpoints,
+        engine.sink,
+        archived,
+        cores,
+        plan=planned.plan,
     )
     for name in layout.removed:
         log.info("stream %s is no longer in the config: forgetting its output", name)
@@ -235,10 +244,11 @@ def prepare(engine: Engine, streams: Sequence[Stream]) -> Layout:
     return layout
 
 
-def start_queries(engine: Engine, streams: Sequence[Stream]) -> list[RunningQuery]:
-    """Start the queries of the global plan of ``streams``; with ``engine.once`` they
-    process what the spool holds and stop (the stateless query first: the stateful
-    ones read what it writes)."""
+def start_queries(engine: Engine, streams: Sequence[Stream] | Planned) -> list[RunningQuery]:
+    """Start the queries of the global plan of ``streams`` (or of what
+    :func:`plan_streams` made of them); with ``engine.once`` they process what the
+    spool holds and stop (the stateless query first: the stateful ones read what it
+    writes)."""
     layout = prepare(engine, streams)
     backfill_stateless(engine, layout)
     running: list[RunningQuery] = []
