@@ -248,6 +248,7 @@ class Run:
     exit_code: int | None = None
     killed: bool = False
     first_poll: float | None = None  # time.time() of the daemon's first request
+    first_round_end: float | None = None  # when every working feed had its first request
     end: float = 0.0  # time.time() of the SIGINT
     metrics: str = ""
     cores: dict[str, float] = field(default_factory=dict)
@@ -447,7 +448,17 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
     captured = sum(1 for g in eligible if g in spool)
     start = run.first_poll or run.end
     fresh = [spool[g] / 1e6 - t for g, t in items if g in spool and t >= start]
+    # warm: once every working feed has had its first poll (a cold start's first round
+    # of N new documents takes minutes at 100,000; a restart resumes from stored state)
+    round_end = run.first_round_end or run.end
+    warm = [g for g, t in items if round_end <= t <= run.end - settle]
+    warm_fresh = [spool[g] / 1e6 - t for g, t in items if g in spool and t >= round_end]
     return {
+        "round_s": round_end - start,
+        "warm_eligible": len(warm),
+        "warm_complete": 100.0 * sum(1 for g in warm if g in spool) / len(warm) if warm else None,
+        "warm_fresh_p50": percentile(warm_fresh, 50) if warm_fresh else None,
+        "warm_fresh_p99": percentile(warm_fresh, 99) if warm_fresh else None,
         "published": len(items),
         "eligible": len(eligible),
         "captured": captured,
@@ -464,6 +475,9 @@ def figures(
 ) -> dict[str, float | None]:
     firsts = [f.requests[0] for f in farm.feeds if f.requests]
     run.first_poll = min(firsts) if firsts else None
+    working = [f for f in farm.feeds if not f.broken]
+    polled = [f.requests[0] for f in working if f.requests]
+    run.first_round_end = max(polled) if polled and len(polled) == len(working) else None
     settle = args.settle if args.settle is not None else mode_interval(run.mode, args)
     found: dict[str, float | None] = {"settle": settle, "due": polls_due(farm, run, args)}
     found.update(poll_counts(farm, run))
@@ -514,6 +528,10 @@ def details(run: Run) -> list[str]:
         f"{fmt(f.get('complete'), '.1f')}% (published > {fmt(f.get('settle'), '.0f')} s "
         f"before the end); freshness p50/p99 {pair(f.get('fresh_p50'), f.get('fresh_p99'))} s "
         f"over {fmt(f.get('fresh_n'), ',.0f')}; polls per item {fmt(f.get('polls_per_item'))}",
+        f"- warm, after the first round ({fmt(f.get('round_s'), '.0f')} s from the first "
+        f"poll): completeness {fmt(f.get('warm_complete'), '.2f')}% of "
+        f"{fmt(f.get('warm_eligible'), ',.0f')}; freshness p50/p99 "
+        f"{pair(f.get('warm_fresh_p50'), f.get('warm_fresh_p99'))} s",
         f"- /healthz while polling: p50 {fmt(_pct(run.healthz_ms, 50), '.0f')} ms, "
         f"p99 {fmt(_pct(run.healthz_ms, 99), '.0f')} ms, max "
         f"{fmt(max(run.healthz_ms, default=None), '.0f')} ms over {len(run.healthz_ms)}",
