@@ -121,6 +121,7 @@ class Hub:
     def __init__(self) -> None:
         self.subscriptions: list[dict[str, str]] = []
         self.verified: list[str] = []
+        self.modes: list[str] = []  # hub.mode of each verified request
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,14 +143,15 @@ class Hub:
 
     def _verify(self, form: dict[str, str]) -> None:
         challenge = secrets.token_hex(8)
-        query = {"hub.mode": "subscribe", "hub.topic": form["hub.topic"],
+        query = {"hub.mode": form["hub.mode"], "hub.topic": form["hub.topic"],
                  "hub.challenge": challenge, "hub.lease_seconds": "300"}  # fmt: skip
         answer = httpx.get(f"{form['hub.callback']}?{urlencode(query)}", timeout=5)
         if answer.status_code == 200 and answer.text == challenge:
             self.verified.append(form["hub.callback"])
+            self.modes.append(form["hub.mode"])
 
     def publish(self, body: bytes, *, forged: bool = False) -> int:
-        form = self.subscriptions[-1]
+        form = [f for f in self.subscriptions if f["hub.mode"] == "subscribe"][-1]
         secret = "not the secret" if forged else form["hub.secret"]
         headers = {"Content-Type": "application/rss+xml", "X-Hub-Signature": sign(secret, body)}
         return httpx.post(
@@ -243,3 +245,36 @@ def test_leases_are_renewed_before_they_end_and_unverified_asks_repeated(tmp_pat
         now[0] += 400  # 2.4 h before: a tenth of the lease ahead, it is renewed
         assert [p.source for p in subscriber.due_renewals()] == ["a"]
         assert urlsplit(subscriber.callback_url("tok-a")).path == "/websub/callback/tok-a"
+
+
+def test_a_source_that_left_the_config_is_unsubscribed_and_forgotten(
+    tmp_path: Path, feed_server: FeedServer, hub: Hub
+):
+    topic = feed_server.url("/feed.xml")
+    feed_server.routes["/feed.xml"] = Reply(
+        200, rss(("a", "First")), {"Link": f'<{hub.url}>; rel="hub", <{topic}>; rel="self"'}
+    )
+    down = Downstream(tmp_path, [FeedSource("feed", topic, 3600.0, fixed=False)])
+    try:
+        wait_for(lambda: hub.modes == ["subscribe"])
+        callback = hub.subscriptions[0]["hub.callback"]
+    finally:
+        down.close()
+    later = Downstream(tmp_path, [])  # the restart after "feed" left feeds.yaml
+    try:
+        wait_for(lambda: hub.modes == ["subscribe", "unsubscribe"])
+        form = hub.subscriptions[-1]
+        # the same token (the test's server has another port each time)
+        assert form["hub.mode"] == "unsubscribe"
+        assert form["hub.callback"].rpartition("/")[2] == callback.rpartition("/")[2]
+        assert form["hub.topic"] == topic
+        wait_for(lambda: later.subscriber.get("feed") is None)
+        assert later.table.get("feed") is None  # forgotten on disk too
+        token, secret = callback.rpartition("/")[2], hub.subscriptions[0]["hub.secret"]
+        body = rss(("b", "Too late"))
+        late = httpx.post(f"{later.base}/websub/callback/{token}", content=body,
+                          headers={"X-Hub-Signature": sign(secret, body)}, timeout=5)  # fmt: skip
+        assert late.status_code == 404  # which tells the hub to drop it
+        assert not later.sink.has("Too late")
+    finally:
+        later.close()

@@ -201,8 +201,14 @@ class FeedScheduler:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
-        if self.subscriber is not None:
-            self._aps.add_job(self._renew, "interval", seconds=RENEW_EVERY, id="websub")
+        if self.subscriber is not None:  # at once (sources that left the config), then...
+            self._aps.add_job(
+                self._renew,
+                "interval",
+                seconds=RENEW_EVERY,
+                id="websub",
+                next_run_time=datetime.now(UTC),
+            )
         if self.settings.budget_per_hour is not None:
             self._aps.add_job(
                 self._share_budget_soon, "interval", seconds=BUDGET_EVERY, id="budget"
@@ -329,6 +335,8 @@ class FeedScheduler:
         for push in self.subscriber.due_renewals():
             if push.source in self.sources:
                 self._chore(self.subscriber.subscribe(push.source, push.hub, push.topic))
+        for push in self.subscriber.orphans(self.sources):
+            self._chore(self.subscriber.unsubscribe(push))
 
     def _chore(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(work)

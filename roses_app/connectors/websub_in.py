@@ -16,7 +16,10 @@ hub can reach ROSES: a POST to the hub with ``hub.mode=subscribe``, the feed's t
 * a lease is renewed before it ends (a tenth of it before, at least an hour); a
   subscription the hub does not verify is asked again later, each time twice later;
 * while pushes arrive the source is polled rarely (a safety net, :func:`is_pushed`);
-  when they stop, its polls come back to their interval.
+  when they stop, its polls come back to their interval;
+* a source that left the config is unsubscribed (``hub.mode=unsubscribe``, confirmed
+  when the hub verifies it) and forgotten: its hub stops sending, and a push that still
+  comes finds no token (404, which tells the hub to drop it).
 
 Subscriptions live in ``DATA_DIR/websub_in.sqlite`` (with their secrets).
 """
@@ -27,7 +30,7 @@ import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from urllib.parse import quote
@@ -44,6 +47,7 @@ LEASE_ASKED = 10 * 86400  # what ROSES asks; the hub decides
 LEASE_ASSUMED = 86400.0  # a verification without hub.lease_seconds
 RETRY_AFTER = 3600.0  # a subscription not verified is asked again, then twice later...
 RETRY_MAX = 86400.0
+LEAVING = "leaving"  # the status of a subscription being ended
 QUIET_FACTOR = 3.0  # pushes have stopped after this many of the feed's own intervals
 SAFETY_FACTOR = 6.0  # a pushed source is polled this many times less often...
 SAFETY_MAX = 86400.0  # ... at most a day apart
@@ -71,7 +75,8 @@ _REL = re.compile(r'rel\s*=\s*"?([^";]*)"?', re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Push:
-    """One source's subscription; ``status``: asked, verified, denied or failed."""
+    """One source's subscription; ``status``: asked, verified, denied, failed or
+    leaving (unsubscribing: a source no longer in the config)."""
 
     source: str
     hub: str
@@ -114,6 +119,10 @@ class PushTable(SqliteStore):
         with self._lock:
             rows = self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM pushes").fetchall()
         return [Push(*row) for row in rows]
+
+    def delete(self, source: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM pushes WHERE source = ?", (source,))
 
     def put(self, push: Push) -> None:
         values = [getattr(push, c) for c in _COLUMNS]
@@ -246,7 +255,42 @@ class Subscriber:
         """Verified leases ending soon and subscriptions to ask again."""
         now = self.clock()
         pushes = list(self._by_source.values())
-        return [p for p in pushes if p.status != "denied" and p.retry_at <= now]
+        return [p for p in pushes if p.status not in ("denied", LEAVING) and p.retry_at <= now]
+
+    def orphans(self, sources: Collection[str]) -> list[Push]:
+        """Subscriptions of sources no longer in ``sources``, not being ended yet."""
+        pushes = list(self._by_source.values())
+        return [p for p in pushes if p.source not in sources and p.status != LEAVING]
+
+    def _forget(self, push: Push) -> None:
+        with self._lock:
+            if self._by_source.get(push.source) is push:
+                del self._by_source[push.source]
+            self._by_token.pop(push.token, None)
+            self.table.delete(push.source)
+
+    async def unsubscribe(self, push: Push) -> None:
+        """End ``push`` (its source left the config): ask its hub to stop; forgotten
+        when the hub verifies, or at once if it refuses or cannot be reached (its lease
+        then ends by itself, and its pushes meet a 404)."""
+        leaving = replace(push, status=LEAVING, retry_at=self.clock() + RETRY_AFTER)
+        self._put(leaving)
+        if push.status in ("denied", "failed"):  # nothing to end at the hub
+            self._forget(leaving)
+            return
+        form = {"hub.mode": "unsubscribe", "hub.topic": push.topic,
+                "hub.callback": self.callback_url(push.token)}  # fmt: skip
+        try:
+            response = await self._http().post(push.hub, data=form)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("source %s is no longer in the config; its hub %s did not take the "
+                        "unsubscription (%s): forgotten, its lease ends by itself",
+                        push.source, push.hub, describe(exc))  # fmt: skip
+            self._forget(leaving)
+        else:
+            log.info("source %s is no longer in the config: asked %s to stop pushing %s",
+                     push.source, push.hub, push.topic)  # fmt: skip
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -272,11 +316,16 @@ class Subscriber:
             )
             self._put(replace(push, status="denied"))
             return 200, "ok\n"
-        if mode != "subscribe" or params.get("hub.topic") != push.topic:
+        wanted = "unsubscribe" if push.status == LEAVING else "subscribe"
+        if mode != wanted or params.get("hub.topic") != push.topic:
             return 404, "not a subscription ROSES asked for\n"
         challenge = params.get("hub.challenge", "")
         if not challenge:
             return 400, "hub.challenge is missing\n"
+        if push.status == LEAVING:
+            self._forget(push)
+            log.info("source %s: the hub %s ended the subscription", push.source, push.hub)
+            return 200, challenge
         now = self.clock()
         lease = _lease(params.get("hub.lease_seconds"))
         renew = now + max(60.0, lease - max(3600.0, 0.1 * lease))  # before the lease ends
@@ -296,7 +345,7 @@ class Subscriber:
     def receive(self, token: str, body: bytes, signature: str | None) -> Push | None:
         """A hub's content POST: the subscription it is for when the signature is valid."""
         push = self._by_token.get(token)
-        if push is None:
+        if push is None or push.status == LEAVING:
             return None
         if not signature_ok(push.secret, body, signature):
             log.warning(
