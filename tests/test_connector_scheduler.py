@@ -260,6 +260,52 @@ def test_parsing_runs_in_worker_processes_that_are_replaced_when_they_die():
     assert len(again.items) == 2 and "<category>x</category>" in again.items[0][0]  # type: ignore[attr-defined]
 
 
+KILLED_DAEMON = """
+import asyncio, os, sys
+from roses_app.connectors.parsepool import ParsePool
+BODY = sys.stdin.buffer.read()
+
+async def main():
+    pool = ParsePool(1)
+    await pool.parse(BODY, "http://example.org/f", {}, ())
+    workers = [p.pid for p in pool._pool._processes.values()]
+    print(os.getpid(), *workers, flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def test_parse_workers_and_their_fork_server_end_with_a_killed_daemon():
+    """kill -9 of the daemon: its parse worker and the fork server do not linger."""
+    import subprocess
+    import sys
+    import time
+
+    daemon = subprocess.Popen([sys.executable, "-c", KILLED_DAEMON], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)  # fmt: skip
+    assert daemon.stdin is not None and daemon.stdout is not None
+    daemon.stdin.write(BODY)
+    daemon.stdin.close()
+    pid, *workers = map(int, daemon.stdout.readline().split())
+    server = int(open(f"/proc/{workers[0]}/stat").read().rsplit(")", 1)[1].split()[1])
+    assert workers and server not in (pid, 1)  # the worker's parent: the fork server
+    daemon.kill()
+    daemon.wait(10)
+
+    def gone(p: int) -> bool:
+        try:
+            stat = open(f"/proc/{p}/stat").read()
+        except FileNotFoundError:
+            return True
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"  # ended, not reaped yet
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(map(gone, [*workers, server])):
+        time.sleep(0.1)
+    assert all(map(gone, [*workers, server])), "a parse worker or the fork server lingers"
+
+
 def test_polls_spaced_on_one_host_all_start_without_a_stall(
     feed_server: FeedServer, store: StateStore, caplog: pytest.LogCaptureFixture
 ):

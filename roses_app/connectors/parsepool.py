@@ -14,7 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import select
 import signal
+import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -25,12 +29,40 @@ from roses_app.errors import FeedParseError
 log = logging.getLogger(__name__)
 
 PRELOAD = ["roses_app.connectors.poller"]  # feedparser, lxml and the xml-ization
+PARENT_POLL_SECONDS = 1.0  # without pidfds: how often a worker checks the daemon is there
 
 
-def _init_worker() -> None:
+def _init_worker(daemon_pid: int) -> None:
     # Ctrl-C reaches the whole process group: the daemon stops its workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    threading.Thread(target=_exit_with, args=(daemon_pid,), daemon=True).start()
+
+
+def _exit_with(daemon_pid: int) -> None:
+    """End this worker when the daemon is gone (kill -9 included).
+
+    A worker's parent is the fork server, not the daemon, and it holds its task queue's
+    both ends and the fork server's liveness pipe: without this, a killed daemon left
+    the worker and the fork server running for good."""
+    try:
+        watched = os.pidfd_open(daemon_pid)  # readable once the daemon has exited
+    except OSError:  # the daemon is gone already, or pidfds are not there (Linux < 5.3)
+        while _alive(daemon_pid):
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(0)
+    select.select([watched], [], [])
+    os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now has the pid
+        return False
+    return True
 
 
 class ParsePool:
@@ -44,7 +76,12 @@ class ParsePool:
         self.restarts = 0
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self.workers, mp_context=self._context, initializer=_init_worker)
+        return ProcessPoolExecutor(
+            self.workers,
+            mp_context=self._context,
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
 
     async def parse(
         self, body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
