@@ -288,14 +288,14 @@ def test_parse_workers_and_their_fork_server_end_with_a_killed_daemon():
     daemon.stdin.write(BODY)
     daemon.stdin.close()
     pid, *workers = map(int, daemon.stdout.readline().split())
-    server = int(open(f"/proc/{workers[0]}/stat").read().rsplit(")", 1)[1].split()[1])
+    server = int(Path(f"/proc/{workers[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
     assert workers and server not in (pid, 1)  # the worker's parent: the fork server
     daemon.kill()
     daemon.wait(10)
 
     def gone(p: int) -> bool:
         try:
-            stat = open(f"/proc/{p}/stat").read()
+            stat = Path(f"/proc/{p}/stat").read_text()
         except FileNotFoundError:
             return True
         return stat.rsplit(")", 1)[1].split()[0] == "Z"  # ended, not reaped yet
