@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trustme
 from hypercorn.asyncio import serve
@@ -117,3 +118,40 @@ def test_fetches_reuse_one_connection_and_speak_h2_where_offered(ca: Path, tls: 
     assert versions == ({"2"} if tls else {"1.1"})
     clients = {client for _, client in server.seen.requests}
     assert len(clients) == 1  # one connection, kept alive for the three fetches
+
+
+def test_each_host_has_a_pool_of_its_own_and_idle_ones_are_closed_beyond_the_bound():
+    """httpcore scans its whole pool at every request: the fetcher keeps one small pool
+    per host (scheme, host, port), the least recently used closed beyond max_pools,
+    never while one of its responses is still being read."""
+    from test_connector_support import FeedServer, Reply
+
+    from roses_app.connectors.hostpool import HostPools
+
+    servers = [FeedServer() for _ in range(3)]
+    for server in servers:
+        server.routes["/f"] = Reply(200, BODY)
+    a, b, c = (server.url("/f") for server in servers)
+
+    async def scenario() -> list[int]:
+        pools = HostPools(per_host=2, max_pools=1, http2=False)
+        sizes = []
+        async with httpx.AsyncClient(transport=pools) as client:
+            assert (await client.get(a)).status_code == 200
+            sizes.append(len(pools))
+            async with client.stream("GET", b) as open_body:  # b is in flight...
+                assert (await client.get(c)).status_code == 200  # ...c evicts a, keeps b
+                sizes.append(len(pools))
+                await open_body.aread()
+            assert (await client.get(a)).status_code == 200  # evicts b and c (idle)
+            sizes.append(len(pools))
+            assert (await client.get(a)).status_code == 200  # reuses a's pool
+            sizes.append(len(pools))
+        return sizes
+
+    try:
+        assert asyncio.run(scenario()) == [1, 2, 1, 1]
+        assert [len(s.hits("/f")) for s in servers] == [3, 1, 1]
+    finally:
+        for server in servers:
+            server.close()

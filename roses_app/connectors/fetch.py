@@ -1,8 +1,9 @@
 """Fetching feed documents: http(s) through httpx's async client, ``file:`` from disk.
 
 One :class:`AsyncFetcher` serves every source of the process: fetches are coroutines,
-so hundreds of servers are waited on at once by one thread, and its connection pool
-keeps connections to a host alive between fetches (many feeds share a host), speaks
+so hundreds of servers are waited on at once by one thread, and its connection pools
+(one per host: :mod:`roses_app.connectors.hostpool`) keep connections to a host alive
+between fetches (many feeds share a host), speak
 HTTP/2 where a server offers it (TLS with ALPN) and resolves each host name once per
 few minutes (:mod:`roses_app.connectors.dnscache`).  :class:`Fetcher` is the same
 fetcher for synchronous callers (``roses fetch``, previews, tests).  A fetch is one
@@ -54,9 +55,11 @@ from typing import BinaryIO
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
+from httpcore._backends.auto import AutoBackend  # httpcore's own default backend
 
 from roses_app.config.model import FetchSettings
 from roses_app.connectors.dnscache import CachingBackend
+from roses_app.connectors.hostpool import HostPools
 from roses_app.connectors.limits import FetchTimeoutError, decoded, read_capped
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.errors import FetchError
@@ -282,33 +285,40 @@ class AsyncFetcher:
         return read_capped(decoded(raw, coding, url), cap, url)
 
 
-def _pooled_transport(
-    settings: FetchSettings,
-) -> tuple[httpx.AsyncHTTPTransport, CachingBackend | None]:
-    """httpx's transport with keep-alive for every fetch in flight, HTTP/2 where h2 is
-    installed, and its network backend wrapped in the DNS cache."""
+def _http2() -> bool:
     try:
         import h2  # noqa: F401  (httpx needs it for http2=True)
-
-        http2 = True
     except ImportError:
-        http2 = False
-    transport = httpx.AsyncHTTPTransport(
-        http2=http2,
+        return False
+    return True
+
+
+def _pooled_transport(
+    settings: FetchSettings,
+) -> tuple[httpx.AsyncBaseTransport, CachingBackend | None]:
+    """A pool per host (see :mod:`hostpool`) with keep-alive, HTTP/2 where h2 is
+    installed, and one network backend wrapped in the DNS cache for all of them."""
+    dns = CachingBackend(AutoBackend())
+    pools = HostPools(
+        settings.per_host,
+        max_pools=2 * settings.concurrency,
+        http2=_http2(),
+        network_backend=dns,
+    )
+    return pools, dns
+
+
+def single_pool_transport(settings: FetchSettings) -> httpx.AsyncHTTPTransport:
+    """One httpcore pool for every host (what :func:`_pooled_transport` replaced: the
+    baseline of ``scripts/bench_fetch.py``)."""
+    return httpx.AsyncHTTPTransport(
+        http2=_http2(),
         limits=httpx.Limits(
             max_connections=settings.concurrency * 2,
             max_keepalive_connections=settings.concurrency,
             keepalive_expiry=60.0,
         ),
     )
-    pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if backend is None:  # another httpcore: no DNS cache, everything else works
-        log.warning("fetch: this httpcore has no network backend to wrap: no DNS cache")
-        return transport, None
-    dns = CachingBackend(backend)
-    pool._network_backend = dns  # type: ignore[union-attr]
-    return transport, dns
 
 
 def fetch_file(url: str, etag: str | None, cap: int, base_dir: Path | None = None) -> FetchResult:
