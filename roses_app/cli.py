@@ -131,6 +131,17 @@ def stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, request_stop)
 
 
+def reload_on_hangup(reload: threading.Event) -> None:
+    """SIGHUP (``kill -HUP PID``, ``systemctl reload roses``) asks the daemon to read
+    feeds.yaml again and apply it without a restart: the handler only sets ``reload``,
+    the daemon's loop does the work."""
+
+    def request_reload(_signum: int, _frame: object) -> None:
+        reload.set()
+
+    signal.signal(signal.SIGHUP, request_reload)
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     """A stream's content at a time, from the spool (a running daemon is not disturbed)."""
     from roses_app.publish.pull import PullQueries, parse_time
@@ -148,10 +159,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from roses_app.daemon import Daemon
 
     config = _load(args.config)
-    stop = threading.Event()
+    stop, reload = threading.Event(), threading.Event()
     stop_on_signals(stop)
+    reload_on_hangup(reload)
     try:
-        Daemon(config).run(stop)
+        Daemon(config).run(stop, reload)
     except OSError as exc:
         if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
             raise

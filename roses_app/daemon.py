@@ -24,6 +24,7 @@ from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.listing import listing, parse_query
 from roses_app.connectors.mail import MailConnectors
 from roses_app.connectors.websub_in import PushTable, Subscriber
+from roses_app.daemon_reload import ConfigWatcher, ReloadResult, reload_daemon, watched_files
 from roses_app.datalock import DataDirLock
 from roses_app.items import MICROS
 from roses_app.metrics import Metrics, Snapshot
@@ -77,6 +78,9 @@ class Daemon:
         }
         self._lock = threading.Lock()
         self._restarts: dict[str, tuple[float, float]] = {}  # query -> (delay, not before)
+        self.spark: Any = None  # the SparkSession once started (a reload keeps it)
+        self._serial = threading.RLock()  # a reload, and the loop's work on the queries
+        self.watcher = ConfigWatcher(watched_files(config))  # feeds.yaml changing on disk
         data = config.settings.data_dir
         # first of all: a second process on this folder is refused before it touches it
         self.folder_lock = DataDirLock(data)
@@ -141,11 +145,14 @@ class Daemon:
         return [s.stream for s in self.config.streams.values()]
 
     def start_queries(self, once: bool) -> list[Any]:
-        """Start the queries of the global plan of every stream."""
-        from roses_app.spark.runner import Engine, error_counter, plan_streams, start_queries
+        """Start the queries of the global plan of every stream (and the JVM, unless a
+        previous start left it running: a reload)."""
+        from roses_app.spark.runner import plan_streams
         from roses_app.spark.session import build_session
 
         settings = self.config.settings
+        if self.spark is not None:
+            return self._start_engine(plan_streams(self.streams(), settings.namespaces), once)
         lock = () if self.folder_lock.fd is None else (self.folder_lock.fd,)
         with ThreadPoolExecutor(1, thread_name_prefix="spark-start") as pool:
             # the JVM starts in its own process: the plan is worked out meanwhile
@@ -153,7 +160,14 @@ class Daemon:
                 build_session, settings.spark, settings.data_dir / "cache", lock, finite=once
             )
             planned = plan_streams(self.streams(), settings.namespaces)
-            spark = starting.result()
+            self.spark = starting.result()
+        return self._start_engine(planned, once)
+
+    def _start_engine(self, planned: Any, once: bool) -> list[Any]:
+        from roses_app.spark.runner import Engine, error_counter, start_queries
+
+        settings = self.config.settings
+        spark = self.spark
         if self.errors is None:
             self.errors = error_counter(spark)
         engine = Engine(
@@ -198,15 +212,18 @@ class Daemon:
             "files_unchanged": exported.unchanged,
         }
 
-    def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set, then shut down cleanly."""
+    def run(self, stop: threading.Event, reload: threading.Event | None = None) -> None:
+        """Serve until ``stop`` is set, then shut down cleanly; read feeds.yaml again
+        when ``reload`` is set (SIGHUP) or its files change on disk (see :meth:`reload`)."""
         from roses_app.spark.queries import stop_gracefully
 
         http = self.config.settings.http
-        self.hub = Hub(self.config, self.store, self.config.settings.data_dir / "websub.sqlite")
-        pull = PullQueries(self.config, self.spool.root)
+        self.hub = Hub(
+            self.current_config, self.store, self.config.settings.data_dir / "websub.sqlite"
+        )
+        pull = PullQueries(self.current_config, self.spool.root)
         app = create_app(
-            self.config,
+            self.current_config,
             self.store,
             self.health,
             hub=self.hub,
@@ -225,19 +242,13 @@ class Daemon:
             # micro-batch then has the first items instead of the trigger after it.
             self.scheduler.start()
             self.mail.start()
-            self.queries = self.start_queries(once=False)
+            with self._serial:
+                self.queries = self.start_queries(once=False)
             compacted = time.monotonic()
             while not stop.wait(1.0):
-                self._check_queries()
-                self._count_late()
-                if self.beats is not None:
-                    self._heartbeat(self.beats)
-                if time.monotonic() - compacted >= self.config.settings.compact_every_seconds:
-                    compacted = time.monotonic()
-                    self._rebase_stateless()
-                    merged = self.spool.compact()
-                    if merged:
-                        log.info("spool: merged %d archived file(s)", merged)
+                self._reload_if_asked(reload)
+                with self._serial:  # (a reload asked by the console waits for this)
+                    compacted = self._tick(compacted)
         finally:
             log.info("stopping: finishing polls and the batch in flight")
             self.scheduler.shutdown(wait=True)
@@ -247,6 +258,54 @@ class Daemon:
             self.http.stop()
             self.close()
             log.info("stopped")
+
+    def _tick(self, compacted: float) -> float:
+        """The loop's work each second; returns when the spool was last compacted."""
+        self._check_queries()
+        self._count_late()
+        if self.beats is not None:
+            self._heartbeat(self.beats)
+        if time.monotonic() - compacted >= self.config.settings.compact_every_seconds:
+            compacted = time.monotonic()
+            self._rebase_stateless()
+            merged = self.spool.compact()
+            if merged:
+                log.info("spool: merged %d archived file(s)", merged)
+        return compacted
+
+    # -- reloading the config ----------------------------------------------------------
+    def reload(self, reason: str) -> ReloadResult:
+        """Read feeds.yaml again and apply it without a restart, one reload at a time,
+        from any thread (see :mod:`roses_app.daemon_reload`); a config that does not
+        load is logged, each problem at file:line, and the running one kept."""
+        with self._serial:
+            return reload_daemon(self, reason)
+
+    def _reload_if_asked(self, asked: threading.Event | None) -> None:
+        if asked is not None and asked.is_set():
+            asked.clear()
+            self.reload("SIGHUP")
+        elif self.watcher.due():
+            self.reload("the config's files changed on disk")
+
+    def current_config(self) -> Config:
+        """The config running now (the HTTP server and the hub ask it at each request)."""
+        return self.config
+
+    def use_config(self, config: Config) -> None:
+        """Run ``config`` from now on (its streams' queries: :meth:`restart_queries`)."""
+        self.config = config  # one reference swapped: every reader sees one or the other
+        self.beats = heartbeat_plan(self.streams())
+
+    def restart_queries(self) -> None:
+        """Stop the queries after their batch in flight, start the config's (same JVM)."""
+        from roses_app.spark.queries import stop_gracefully
+
+        with self._serial:
+            stop_gracefully(self.queries, STOP_BATCH_SECONDS)
+            self.queries = []
+            self._restarts.clear()
+            self.queries = self.start_queries(once=False)
 
     def _check_queries(self) -> None:
         """Restart a stream whose query died, from its checkpoint, with backoff.

@@ -28,6 +28,7 @@ where a late poll should just be done late and counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -167,25 +168,7 @@ class FeedScheduler:
 
     async def _start(self) -> None:
         await self._open()
-        now = self.clock()
-        known = {state.name: state for state in self.states.all()}
-        polled: dict[str, SourceState | None] = {}
-        for source in self.sources.values():
-            state = known.get(source.name)
-            if state is not None and state.configured_url != source.url:
-                state = None  # its URL changed: it starts over
-            if state is None or not state.gone:  # 410: not polled until its URL changes
-                polled[source.name] = state
-                self._learn(source, state)
-        self._share_budget()
-        for name, state in polled.items():
-            source = self.sources[name]
-            interval = self._interval(source, state, now).seconds
-            at = now
-            if state is not None:
-                at = max(now, (state.last_attempt_at or 0.0) + interval, state.next_allowed_at)
-                at = min(at, now + interval)  # a clock moved back
-            self.queue.schedule(name, host_of(source.url), at)
+        self._schedule(self.sources.values())
         self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         self._aps.add_job(
             self._dispatch,
@@ -214,6 +197,49 @@ class FeedScheduler:
                 self._share_budget_soon, "interval", seconds=BUDGET_EVERY, id="budget"
             )
         self._aps.start()
+
+    def _schedule(self, sources: Iterable[FeedSource]) -> None:
+        """Schedule ``sources``' next polls: when their stored state says, else now."""
+        now = self.clock()
+        known = {state.name: state for state in self.states.all()}
+        polled: dict[str, SourceState | None] = {}
+        for source in sources:
+            state = known.get(source.name)
+            if state is not None and state.configured_url != source.url:
+                state = None  # its URL changed: it starts over
+            if state is None or not state.gone:  # 410: not polled until its URL changes
+                polled[source.name] = state
+                self._learn(source, state)
+        self._share_budget()
+        for name, state in polled.items():
+            source = self.sources[name]
+            interval = self._interval(source, state, now).seconds
+            at = now
+            if state is not None:
+                at = max(now, (state.last_attempt_at or 0.0) + interval, state.next_allowed_at)
+                at = min(at, now + interval)  # a clock moved back
+            with contextlib.suppress(ValueError):  # in flight: scheduled when it ends
+                self.queue.schedule(name, host_of(source.url), at)
+
+    def update_sources(self, sources: Mapping[str, SourceConfig]) -> None:
+        """Poll the feed sources of ``sources`` from now on (a config reloaded): new
+        ones are scheduled as at a start, changed ones again, removed ones are not
+        polled any more (a poll in flight ends) and their WebSub subscriptions end."""
+        feeds = {s.name: s for s in sources.values() if isinstance(s, FeedSource)}
+        if self._thread is None:
+            self.sources = feeds
+            return
+        self._thread.run(self._update(feeds))
+
+    async def _update(self, feeds: dict[str, FeedSource]) -> None:
+        old, self.sources = self.sources, feeds  # one new dict: other threads read it
+        for name in old.keys() - feeds.keys():
+            self.queue.unschedule(name)
+            self.intervals.pop(name, None)
+            self._rates.pop(name, None)
+        self._schedule(source for name, source in feeds.items() if old.get(name) != source)
+        self._arm()
+        self._unsubscribe_orphans()
 
     async def _stop(self) -> None:
         if self._aps is not None and self._aps.running:
@@ -279,7 +305,7 @@ class FeedScheduler:
             if not once:
                 self._start_due()  # the slot it held goes to the next due source
         result = replace(result, lag_seconds=max(0.0, started - due))
-        if not once and result.status != "gone":
+        if not once and result.status != "gone" and self.sources.get(name) is source:
             at = self._next_due(source, result)
             chosen = self.intervals.get(name)
             result = replace(
@@ -335,8 +361,13 @@ class FeedScheduler:
         for push in self.subscriber.due_renewals():
             if push.source in self.sources:
                 self._chore(self.subscriber.subscribe(push.source, push.hub, push.topic))
-        for push in self.subscriber.orphans(self.sources):
-            self._chore(self.subscriber.unsubscribe(push))
+        self._unsubscribe_orphans()
+
+    def _unsubscribe_orphans(self) -> None:
+        """End the WebSub subscriptions of sources no longer in the config."""
+        if self.subscriber is not None:
+            for push in self.subscriber.orphans(self.sources):
+                self._chore(self.subscriber.unsubscribe(push))
 
     def _chore(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -352,7 +383,9 @@ class FeedScheduler:
         asyncio.run_coroutine_threadsafe(self._take_push(source, body, headers), thread.loop)
 
     async def _take_push(self, source: str, body: bytes, headers: Mapping[str, str]) -> None:
-        feed = self.sources[source]
+        feed = self.sources.get(source)
+        if feed is None:  # removed from the config meanwhile
+            return
         try:
             parsed = await self.parser.parse(body, feed.url, headers, feed.categories)
             await self.committer.commit(source, parsed.items, None)

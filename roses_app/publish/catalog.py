@@ -68,6 +68,17 @@ def is_split(stream: StreamConfig) -> bool:
     return isinstance(stream.plan, Split)
 
 
+# A config, or what gives the current one: a daemon's, which a reload replaces
+ConfigSource = Config | Callable[[], Config]
+
+
+def config_getter(config: ConfigSource) -> Callable[[], Config]:
+    """``config`` as a function giving the current config."""
+    if isinstance(config, Config):
+        return lambda: config
+    return config
+
+
 class Catalog:
     """The published feeds of a config, with the split parts found in the store.
 
@@ -77,21 +88,24 @@ class Catalog:
     feed's is its stream's title and its value.
     """
 
-    def __init__(self, config: Config, store: Store) -> None:
-        self.config = config
+    def __init__(self, config: ConfigSource, store: Store) -> None:
+        self._config = config_getter(config)  # (a reload replaces the daemon's config)
         self.store = store
-        self._configured_base = config.settings.http.base_url
-        self._default_base = config.settings.http.public_base
         # (stream, part) -> (the feed's last change, its newest item's date): the index
         # asks on every request, the items are read again only after a change
         self._newest: dict[tuple[str, str], tuple[float | None, int | None]] = {}
 
+    @property
+    def config(self) -> Config:
+        return self._config()
+
     def base(self, server_base: str | None = None) -> str:
-        if self._configured_base:
-            return self._configured_base.rstrip("/")
+        http = self.config.settings.http
+        if http.base_url:
+            return http.base_url.rstrip("/")
         if server_base:
             return server_base.rstrip("/")
-        return self._default_base
+        return http.public_base
 
     def published(self) -> list[StreamConfig]:
         return [s for s in self.config.streams.values() if s.publish is not None]

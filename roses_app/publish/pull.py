@@ -23,9 +23,9 @@ from roses_app.algebra.pull import (
     earliest_needed,
 )
 from roses_app.algebra.reference_registry import RefInput
-from roses_app.config.model import Config
+from roses_app.config.model import Config, StreamConfig
 from roses_app.items import MICROS, iso8601, iso_micros
-from roses_app.publish.catalog import RENDERERS, render_feed
+from roses_app.publish.catalog import RENDERERS, ConfigSource, config_getter, render_feed
 from roses_app.publish.render import FeedInfo
 from roses_app.publish.sanitize import label
 from roses_app.spool import read_spool, wall_clock_micros
@@ -79,16 +79,21 @@ def _entry(stream: str, part: str, ts: int, seq: int, item: str) -> StoredEntry:
 class PullQueries:
     """The pull queries of one config over its spool folder."""
 
-    def __init__(self, config: Config, spool_root: Path) -> None:
-        self.config = config
+    def __init__(self, config: ConfigSource, spool_root: Path) -> None:
+        self._config = config_getter(config)  # (a reload replaces the daemon's config)
         self.spool_root = spool_root
 
+    @property
+    def config(self) -> Config:
+        return self._config()
+
     def answer(self, name: str, at: int, part: str | None = None, base: str = "") -> PullAnswer:
-        stream = self.config.streams.get(name)
+        config = self.config
+        stream = config.streams.get(name)
         if stream is None:
-            known = ", ".join(self.config.streams) or "none"
+            known = ", ".join(config.streams) or "none"
             raise UnknownStreamError(f"no stream named {name!r} (streams: {known})")
-        settings = self.config.settings
+        settings = config.settings
         # what had arrived by ``at`` and counts then (and the next event and the
         # spool's first, whose times a message may name)
         since = earliest_needed(stream.stream, at, settings.max_future)
@@ -108,7 +113,7 @@ class PullQueries:
             for e in content[p]
         ]
         entries.sort(key=lambda e: (e.ts, e.seq), reverse=True)
-        return PullAnswer(self._info(name, at, part, base, len(entries)), entries)
+        return PullAnswer(self._info(stream, at, part, base, len(entries)), entries)
 
     def endpoint(self, base: Callable[[Request], str]) -> Callable[[Request], Response]:
         """The ``GET /streams/{name}`` handler; ``base`` gives a request's server base."""
@@ -129,8 +134,10 @@ class PullQueries:
 
         return answer
 
-    def _info(self, name: str, at: int, part: str | None, base: str, count: int) -> FeedInfo:
-        stream = self.config.streams[name]
+    def _info(
+        self, stream: StreamConfig, at: int, part: str | None, base: str, count: int
+    ) -> FeedInfo:
+        name = stream.name
         title = label(stream.publish.title if stream.publish else "", name)
         when = iso8601(at)
         query = f"?at={quote(when)}" + (f"&part={quote(part)}" if part is not None else "")

@@ -46,7 +46,15 @@ from starlette.routing import Route
 
 from roses_app.config.model import Config
 from roses_app.publish.cache import Document, RenderCache, etag_of
-from roses_app.publish.catalog import FORMATS, RENDERERS, Catalog, feeds_of, render_feed
+from roses_app.publish.catalog import (
+    FORMATS,
+    RENDERERS,
+    Catalog,
+    ConfigSource,
+    config_getter,
+    feeds_of,
+    render_feed,
+)
 from roses_app.publish.headers import HeadersApp
 from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
@@ -165,11 +173,15 @@ def _split_feed_path(request: Request) -> tuple[str, str | None, str] | None:
 class _Pages:
     """The request handlers of the documents: each served from the render cache."""
 
-    def __init__(self, config: Config, store: Store, documents: RenderCache) -> None:
-        self.config = config
+    def __init__(self, config: ConfigSource, store: Store, documents: RenderCache) -> None:
+        self._config = config_getter(config)  # (a reload replaces the daemon's config)
         self.store = store
         self.catalog = Catalog(config, store)
         self.documents = documents
+
+    @property
+    def config(self) -> Config:
+        return self._config()
 
     def index(self, request: Request) -> Response:
         groups = self.catalog.groups(server_base(self.config, request))
@@ -237,7 +249,7 @@ class _Pages:
 
 
 def create_app(
-    config: Config,
+    config: ConfigSource,
     store: Store,
     health: Callable[[], Mapping[str, Any]],
     *,
@@ -248,7 +260,9 @@ def create_app(
     sources: Callable[[Mapping[str, str]], Any] | None = None,
     pushes: tuple[PushTaker, PushHandler, int] | None = None,
 ) -> Starlette:
-    """The Starlette application serving the published feeds of ``config`` from ``store``.
+    """The Starlette application serving the published feeds of ``config`` from ``store``
+    (``config`` may be a function giving the current config: a daemon's, which a reload
+    replaces; new streams are served and removed ones answer 404 from then on).
 
     ``cache``: where rendered documents are kept (a new one by default); ``metrics``:
     what ``/metrics`` serves (body, content type), e.g. ``Metrics.exposition``;
@@ -259,6 +273,7 @@ def create_app(
     served at ``/websub/callback/TOKEN``.
     """
     pages = _Pages(config, store, cache if cache is not None else RenderCache())
+    current = config_getter(config)
     routes = [
         Route("/", pages.index),
         Route("/feeds.opml", pages.opml),
@@ -275,10 +290,10 @@ def create_app(
         endpoint = callback_endpoint(*pushes)
         routes.append(Route(CALLBACK_ROUTE, endpoint, methods=["GET", "POST"]))
     if pull is not None:
-        routes.append(Route("/streams/{name}", pull.endpoint(lambda r: server_base(config, r))))
+        routes.append(Route("/streams/{name}", pull.endpoint(lambda r: server_base(current(), r))))
     if hub is not None:
         hub.bind(pages.document)
-        endpoint = hub.endpoint(lambda request: server_base(config, request))
+        endpoint = hub.endpoint(lambda request: server_base(current(), request))
         routes.append(Route(HUB_PATH, endpoint, methods=["POST"]))
     # No gzip middleware: documents are gzipped once, in the cache; the rest is small.
     app = HeadersApp(routes=routes, exception_handlers={404: pages.not_found})

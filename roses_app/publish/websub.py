@@ -40,7 +40,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from roses_app.config.model import Config
 from roses_app.errors import StoreError
-from roses_app.publish.catalog import Catalog
+from roses_app.publish.catalog import Catalog, ConfigSource, config_getter
 from roses_app.publish.websub_client import (
     Slots,
     callback_client,
@@ -96,7 +96,7 @@ class Hub:
 
     def __init__(
         self,
-        config: Config,
+        config: ConfigSource,
         store: Store,
         path: Path,
         *,
@@ -104,12 +104,12 @@ class Hub:
         retry_delay: float = 2.0,
         max_attempts: int = 5,
     ) -> None:
-        self.config = config
-        self.settings = config.settings.websub
+        self._config = config_getter(config)  # its feeds: a reload replaces them
+        self.settings = self.config.settings.websub  # (a change needs a restart)
         self.store = store
         self.table = SubscriptionTable(path)
         self.catalog = Catalog(config, store)
-        self.topics = Topics(config, self.catalog)
+        self.topics = Topics(self.config, self.catalog)
         self.clock = clock
         self.deadline = self.settings.timeout_seconds
         self.host_queue = max(self.settings.per_host, self.settings.verify_queue // 10)
@@ -129,6 +129,10 @@ class Hub:
         self._pending = 0
         self._waiting = 0
         self._waiting_at: dict[str, int] = {}
+
+    @property
+    def config(self) -> Config:
+        return self._config()
 
     # -- wiring --------------------------------------------------------------------
 

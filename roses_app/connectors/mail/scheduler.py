@@ -93,6 +93,7 @@ class MailConnectors:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._started: dict[str, threading.Event] = {}
+        self._on = False  # started (even with no source) and not shut down
 
     @property
     def polled(self) -> list[MailSource]:
@@ -107,6 +108,7 @@ class MailConnectors:
         """Start polls, IMAP workers and SMTP servers, and return."""
         if self.running:
             raise RuntimeError("MailConnectors already started")
+        self._on = True
         self._stop.clear()
         jobs = [s for s in self.sources if s.kind in ("maildir", "mbox")]
         if jobs:
@@ -150,6 +152,7 @@ class MailConnectors:
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop polls, workers and servers; with ``wait`` let the work in flight end."""
+        self._on = False
         self._stop.set()
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None and scheduler.running:
@@ -159,6 +162,25 @@ class MailConnectors:
             for thread in threads:
                 thread.join(timeout=self.poller.imap_timeout + 5.0)
         self._started.clear()
+
+    def update_sources(self, sources: Mapping[str, object]) -> bool:
+        """Read the mail sources of ``sources`` from now on (a config reloaded): when
+        they changed, the polls, workers and servers stop (the work in flight ends)
+        and start again with them.  Returns whether they changed."""
+        mail = [s for s in sources.values() if isinstance(s, MailSource)]
+        if mail == self.sources:
+            return False
+        on = self._on
+        if on:
+            self.shutdown(wait=True)
+        self.sources = mail
+        names = {s.name for s in mail}
+        with self._results_lock:
+            for gone in [name for name in self.last_results if name not in names]:
+                del self.last_results[gone]
+        if on:
+            self.start()
+        return True
 
     def close(self) -> None:
         """Shut down and close the state store."""
