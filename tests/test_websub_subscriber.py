@@ -278,3 +278,23 @@ def test_a_source_that_left_the_config_is_unsubscribed_and_forgotten(
         assert not later.sink.has("Too late")
     finally:
         later.close()
+
+
+def test_a_source_removed_by_a_reload_is_unsubscribed_at_once(
+    tmp_path: Path, feed_server: FeedServer, hub: Hub
+):
+    topic = feed_server.url("/feed.xml")
+    feed_server.routes["/feed.xml"] = Reply(
+        200, rss(("a", "First")), {"Link": f'<{hub.url}>; rel="hub", <{topic}>; rel="self"'}
+    )
+    feed = FeedSource("feed", topic, 3600.0, fixed=False)
+    down = Downstream(tmp_path, [feed])
+    try:
+        wait_for(lambda: hub.modes == ["subscribe"])
+        down.scheduler.update_sources({})  # feeds.yaml reloaded without it: no restart
+        wait_for(lambda: hub.modes == ["subscribe", "unsubscribe"])
+        assert hub.subscriptions[-1]["hub.topic"] == topic
+        wait_for(lambda: down.subscriber.get("feed") is None)
+        assert down.scheduler.sources == {}
+    finally:
+        down.close()

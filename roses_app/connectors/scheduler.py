@@ -244,6 +244,10 @@ class FeedScheduler:
     async def _stop(self) -> None:
         if self._aps is not None and self._aps.running:
             self._aps.shutdown(wait=False)
+            # a dispatch job APScheduler has handed to the loop runs now (it never
+            # awaits): cancelled by the loop's close instead, APScheduler logged a
+            # traceback of its CancelledError at every such stop
+            await asyncio.sleep(0)
         await self._cancel_polls()
         await self._close_parts()
 
@@ -305,7 +309,11 @@ class FeedScheduler:
             if not once:
                 self._start_due()  # the slot it held goes to the next due source
         result = replace(result, lag_seconds=max(0.0, started - due))
-        if not once and result.status != "gone" and self.sources.get(name) is source:
+        now = self.sources.get(name)  # (a reload may have changed or removed it)
+        if not once and now is not None and now is not source:
+            self._schedule([now])
+            self._arm()
+        elif not once and result.status != "gone" and now is not None:
             at = self._next_due(source, result)
             chosen = self.intervals.get(name)
             result = replace(
