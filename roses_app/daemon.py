@@ -10,24 +10,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from roses_app.algebra.heartbeats import HeartbeatPlan, heartbeat_plan
-from roses_app.algebra.lateness import split_tallies
 from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, StateStore
-from roses_app.connectors.listing import listing, parse_query
 from roses_app.connectors.mail import MailConnectors
 from roses_app.connectors.websub_in import PushTable, Subscriber
 from roses_app.daemon_reload import ConfigWatcher, ReloadResult, reload_daemon, watched_files
+from roses_app.daemon_status import DaemonStatus
 from roses_app.datalock import DataDirLock
 from roses_app.items import MICROS
-from roses_app.metrics import Metrics, Snapshot
+from roses_app.metrics import Metrics
 from roses_app.publish.catalog import Catalog
 from roses_app.publish.export import export_static
 from roses_app.publish.pull import PullQueries
@@ -56,7 +54,7 @@ def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | N
     return ordered
 
 
-class Daemon:
+class Daemon(DaemonStatus):
     """One ROSES instance over one config and one data directory."""
 
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
@@ -363,67 +361,6 @@ class Daemon:
         lateness = self.config.settings.lateness
         return beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness)
 
-    def _count_late(self) -> None:
-        """Add up the rows each query's stateful operators dropped behind the watermark
-        (Spark reports them per micro-batch): one py4j call per query."""
-        for running in self.queries:
-            progress = running.query.lastProgress
-            if progress is None:
-                continue
-            dropped, counted = self._late.get(running.name, (0, -1))
-            if progress.batchId > counted:
-                late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
-                self._late[running.name] = (dropped + late, progress.batchId)
-
-    def _sources_health(self) -> dict[str, Any]:
-        """Each source's last poll, or above the metrics' per-source limit (100,000
-        feeds make megabytes of JSON) the count of each outcome: ``/sources`` pages
-        through them."""
-        if not self.metrics.per_source:  # kept up to date by the schedulers: no 100,000-loop
-            # dict() copies in one step (the fetch loop's thread updates the counts)
-            outcomes = Counter(dict(self.scheduler.outcomes)) + Counter(
-                result.status for _, result in self.mail.last_results.values()
-            )
-            return {
-                "sources": {"see": "/sources", "total": len(self.config.sources)},
-                "source_outcomes": dict(outcomes),
-            }
-        results = {**self.scheduler.last_results, **self.mail.last_results}
-        return {
-            "sources": {
-                name: {
-                    "status": result.status,
-                    "items": result.n_items,
-                    "message": result.message,
-                    "at": at,
-                }
-                for name, (at, result) in results.items()
-            }
-        }
-
-    def sources_page(self, params: Mapping[str, str]) -> dict[str, Any]:
-        """``/sources``: a page of the feed sources' health (ValueError: a bad query)."""
-        query = parse_query(params)
-        return listing(self.states, self.scheduler.sources, self.scheduler.live(), query)
-
-    def snapshot(self) -> Snapshot:
-        """What ``/metrics`` reads at each scrape (see :mod:`roses_app.metrics`)."""
-        data = self.config.settings.data_dir
-        spool = [*self.spool.log_dir.glob("*.jsonl"), *self.spool.archive_dir.glob("*.jsonl")]
-        dropped, tallies = self._tallies()
-        return Snapshot(
-            published=dict(self.store.published),
-            dropped=dropped,
-            too_late=tallies["late"],
-            unchanged=tallies["unchanged"],
-            revised=tallies["revised"],
-            late={name: dropped for name, (dropped, _) in self._late.items()},
-            store_bytes=sum(map(_size, data.glob("store.sqlite*"))),
-            spool_bytes=sum(map(_size, spool)),
-            spool_files=len(spool),
-            websub=self.hub.stats() if self.hub is not None and self.hub.running else {},
-        )
-
     def _streams_health(self, active: set[str]) -> dict[str, Any]:
         """Each stream's state, or above STREAM_DETAIL_LIMIT streams (100,000
         subscriptions make megabytes of JSON and seconds a request) their counts and
@@ -441,9 +378,6 @@ class Daemon:
             "published": len(published),
             "not_running": stopped[:NOT_RUNNING_SHOWN],
         }
-
-    def _tallies(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-        return split_tallies(dict(self.errors.value) if self.errors is not None else {})
 
     def health(self) -> dict[str, Any]:
         """Status for /healthz: a few py4j calls per query, not per stream."""
@@ -493,11 +427,3 @@ class Daemon:
         self.spool.close()
         self.store.close()
         self.folder_lock.release()
-
-
-def _size(path: Path) -> int:
-    """A file's size; 0 if it went meanwhile (Spark archives, the spool compacts)."""
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
