@@ -41,16 +41,17 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from roses_app.config.model import FeedSource, FetchSettings, SourceConfig
+from roses_app.connectors.budgetshare import BudgetShares
 from roses_app.connectors.committer import Committer, SinkMany
 from roses_app.connectors.common import describe
 from roses_app.connectors.fetch import AsyncFetcher
-from roses_app.connectors.freshness import next_interval, rate_of
+from roses_app.connectors.freshness import next_interval
 from roses_app.connectors.listing import Live
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.connectors.parsepool import ParsePool
 from roses_app.connectors.poller import AsyncPoller, PollResult
 from roses_app.connectors.pollqueue import PollQueue, host_of
-from roses_app.connectors.refresh import Interval, Rate, budgeted, per_second
+from roses_app.connectors.refresh import Interval
 from roses_app.connectors.state import SourceState, StateStore
 from roses_app.connectors.websub_in import SAFETY_FACTOR, Subscriber, is_pushed, safety_interval
 
@@ -64,7 +65,7 @@ RENEW_EVERY = 60.0  # seconds between two looks at WebSub leases ending
 MANY = 1_000_000  # "no limit" for APScheduler's instances of the dispatch job
 
 
-class FeedScheduler:
+class FeedScheduler(BudgetShares):
     """Polls every feed source when it is due (see the module docstring)."""
 
     def __init__(
@@ -408,36 +409,6 @@ class FeedScheduler:
             self.queue.schedule(
                 source, host_of(feed.url), max(due, self.clock() + interval.seconds)
             )
-
-    def _learn(self, source: FeedSource, state: SourceState | None) -> None:
-        """Keep an adaptive source's rate for the budget's next share-out."""
-        if self.settings.budget_per_hour is None or source.fixed:
-            return
-        if self.budget is None:
-            self.budget = {}
-        rate = rate_of(state) if state is not None else Rate()
-        self._rates[source.name] = per_second(rate, self.poller.interval(source))
-
-    async def _share_budget_soon(self) -> None:
-        await asyncio.to_thread(self._share_budget)
-
-    def _share_budget(self) -> None:
-        """Share ``fetch.budget`` polls per hour among the adaptive sources by rate
-        (what is already scheduled keeps its time; each next poll uses the new share)."""
-        if self.settings.budget_per_hour is None or not self._rates:
-            return
-        names = list(self._rates)
-        shares = budgeted(
-            [self._rates[n] for n in names],
-            self.settings.budget_per_hour - self._fixed_polls_per_hour(),
-            min_every=self.settings.min_every_seconds,
-            max_every=self.settings.max_every_seconds,
-        )
-        self.budget = dict(zip(names, shares, strict=True))
-
-    def _fixed_polls_per_hour(self) -> float:
-        """What the sources with ``every:`` spend of the budget."""
-        return sum(3600.0 / self.poller.interval(s) for s in self.sources.values() if s.fixed)
 
     def _record(self, result: PollResult) -> None:
         last = self.last_results.get(result.source)
