@@ -172,3 +172,32 @@ def test_the_watcher_waits_for_a_file_to_settle(tmp_path: Path) -> None:
     assert not watcher.due()
     now[0] += 1.5
     assert watcher.due()  # a file gone is a change too
+
+
+def test_what_a_new_config_changes_and_what_needs_a_restart(tmp_path: Path) -> None:
+    from roses_app.config import load_config
+    from roses_app.daemon_reload import differences
+
+    path = tmp_path / "feeds.yaml"
+    path.write_text(CONFIG.format(data=tmp_path / "data", port=8080, feed="http://127.0.0.1:1/a"))
+    old = load_config(path)
+    text = CONFIG.format(data=tmp_path / "other", port=9090, feed="http://127.0.0.1:1/b")
+    text = text.replace("trigger: 500ms", "trigger: 2s").replace("local[2]", "local[1]")
+    text = text.replace("title, 'sport'", "title, 'football'").replace("  doomed:", "  kept:")
+    path.write_text(text + "  more: news\n")
+    found = differences(old, load_config(path), "test")
+    result = found.result
+    assert result.streams_added == ("kept", "more") and result.streams_removed == ("doomed",)
+    assert result.streams_changed == () and result.forgotten == ("doomed",)
+    assert (result.sources_changed, result.sources_added, result.sources_removed) == (
+        ("news",),
+        (),
+        (),
+    )
+    assert result.needs_restart == ("settings.data_dir", "settings.http", "settings.spark")
+    settings = found.config.settings
+    assert settings.data_dir == old.settings.data_dir and settings.http == old.settings.http
+    assert settings.spark.master == "local[2]" and settings.spark.trigger_seconds == 2.0
+    assert found.plans_changed and found.sources_changed
+    same = differences(old, old, "nothing")
+    assert not same.plans_changed and not same.sources_changed and not same.result.changed
