@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -16,7 +19,7 @@ from pathlib import Path
 import feedparser
 import pytest
 
-from roses_app.cli import EXIT_FAILED, build_parser, cmd_run, main
+from roses_app.cli import EXIT_FAILED, build_parser, cmd_run, main, reload_on_hangup
 from roses_app.config.durations import parse_duration
 from roses_app.daemon import STOP_BATCH_SECONDS
 from roses_app.spark.session import JVM_EXIT_SECONDS
@@ -377,3 +380,16 @@ def test_the_systemd_unit_runs_the_daemon_and_stops_it_with_sigterm() -> None:
     args = build_parser().parse_args(argv[1:])
     assert (args.func, args.config) == (cmd_run, "/etc/roses/feeds.yaml")
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+    # `systemctl reload roses`: SIGHUP, on which roses reads feeds.yaml again
+    assert shlex.split(service["ExecReload"]) == ["/bin/kill", "-HUP", "$MAINPID"]
+
+
+def test_sighup_asks_for_a_reload_and_nothing_more() -> None:
+    asked = threading.Event()
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        reload_on_hangup(asked)
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert asked.wait(5)  # the process lives on: the daemon's loop does the reload
+    finally:
+        signal.signal(signal.SIGHUP, previous)
