@@ -214,3 +214,25 @@ def test_previews_from_several_threads_agree(world: tuple[Config, Spool]) -> Non
     alone = [previewer(config, spool).preview(r) for r in requests[:6]]
     assert [r.matched for r in results] == [r.matched for r in alone] * 4
     assert [r.matched for r in alone] == [20, 10, 20, 10, 20, 10]
+
+
+def test_the_tail_keeps_at_most_its_bound_and_reads_back_what_it_let_go(
+    world: tuple[Config, Spool],
+) -> None:
+    from roses_app.publish.preview_tail import SpoolTail
+
+    _, spool = world
+    tail = SpoolTail(spool.root, max_held=40)
+    last = tail.last({"news"}, 20)
+    assert [e.item for e in last.events] == [item("news", n) for n in range(40, 60)]
+    assert not last.complete
+    for n in range(60, 100):  # 40 more appends: the oldest held are let go
+        spool.append("news", [(item("news", n), None)])
+    newest = tail.last({"news"}, 20)
+    assert [e.item for e in newest.events] == [item("news", n) for n in range(80, 100)]
+    assert len(tail.field_texts(newest.events, "title", True)) == 20
+    blog = tail.last({"blog"}, 5)  # read back from the spool's older files
+    assert [e.item for e in blog.events] == [item("blog", n) for n in range(50, 60, 2)]
+    assert len(tail.last({"news"}, 20).events) == 20  # the blog items read back let go
+    everything = tail.last({"news", "blog"}, 1000)  # beyond the bound: what a window needs
+    assert everything.items == 130 and everything.complete

@@ -18,6 +18,7 @@ so a running daemon is not disturbed.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,16 +76,17 @@ class SpoolTail:
                     continue  # archived or merged while read: list again
             else:
                 raise SpoolError(f"the spool at {self.root} kept changing while read; try again")
-            self._trim()
             key = (frozenset(sources), limit)
             latest = self._events[-1].seq if self._events else 0
             cached = self._windows.get(key)
             if cached is not None and cached[0] == latest:
-                return cached[1]
-            window = self._window(sources, limit)
-            if len(self._windows) >= WINDOWS_KEPT:
-                self._windows.clear()
-            self._windows[key] = (latest, window)
+                window = cached[1]
+            else:
+                window = self._window(sources, limit)
+                if len(self._windows) >= WINDOWS_KEPT:
+                    self._windows.clear()
+                self._windows[key] = (latest, window)
+            self._trim(window.events[0].seq if window.events else latest)
             return window
 
     def parsed(self, events: Sequence[Event]) -> list[etree._Element | None]:
@@ -105,15 +107,16 @@ class SpoolTail:
         with self._lock:
             known = self._fields.setdefault((field, lowered), {})
             missing = [e for e in events if e.seq not in known]
+        found: dict[int, str | None] = {}
         if missing:
             trees = self.parsed(missing)
             found = {
                 e.seq: None if tree is None else field_text(tree, field, lowered)
                 for e, tree in zip(missing, trees, strict=True)
             }
-            with self._lock:
-                known.update(found)
-        return [known[e.seq] for e in events]
+        with self._lock:  # (None for an item another request trimmed meanwhile: a candidate)
+            known.update(found)
+            return [known.get(e.seq) for e in events]
 
     # -- reading -------------------------------------------------------------------------
 
@@ -146,9 +149,13 @@ class SpoolTail:
             held += sum(1 for e in read if e.item is not None and e.source in sources)
             files = [p for p in files if p != path]
 
-    def _trim(self) -> None:
-        """Keep at most ``max_held`` events: the newest."""
-        extra = len(self._events) - self.max_held
+    def _trim(self, needed: int) -> None:
+        """Keep at most ``max_held`` events, the newest, but those from seq ``needed``
+        on (the window just asked)."""
+        extra = min(
+            len(self._events) - self.max_held,
+            bisect_left(self._events, needed, key=lambda e: e.seq),
+        )
         if extra <= 0:
             return
         for event in self._events[:extra]:
