@@ -1,4 +1,5 @@
-"""The ``roses`` command: run, once, check, explain, replay, query, import, fetch."""
+"""The ``roses`` command: run, once, check, explain, replay, query, import, fetch,
+console-password."""
 
 from __future__ import annotations
 
@@ -76,6 +77,26 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from roses_app.cli_explain import explain
 
     return explain(_load(args.config), args.streams, every=args.all, spark=not args.logical_only)
+
+
+def cmd_console_password(args: argparse.Namespace) -> int:
+    """Print the scrypt hash of a password for ``settings.console.password_hash``."""
+    import getpass
+
+    from roses_app.config.console import hash_password
+
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = getpass.getpass("console password: ")
+        if getpass.getpass("again: ") != password:
+            print("roses: the two passwords differ; nothing printed", file=sys.stderr)
+            return EXIT_FAILED
+    if len(password) < 8:
+        print("roses: a console password needs at least 8 characters", file=sys.stderr)
+        return EXIT_FAILED
+    print(hash_password(password))
+    return EXIT_OK
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -221,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("url", help="an http(s) or file: URL, or a local path")
     fetch.add_argument("-c", "--config", help="use the fetch settings of this feeds.yaml")
     fetch.set_defaults(func=cmd_fetch)
+    console = sub.add_parser(
+        "console-password",
+        help="print the hash of a password for settings.console.password_hash",
+    )
+    console.add_argument(
+        "--stdin", action="store_true", help="read the password from standard input's first line"
+    )
+    console.set_defaults(func=cmd_console_password)
     return parser
 
 

@@ -20,6 +20,7 @@ from roses_app.algebra.plan import Stream
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.mail import MailConnectors
+from roses_app.connectors.poller import PollResult
 from roses_app.connectors.websub_in import PushTable, Subscriber
 from roses_app.daemon_reload import ConfigWatcher, ReloadResult, reload_daemon, watched_files
 from roses_app.daemon_status import DaemonStatus
@@ -27,6 +28,7 @@ from roses_app.datalock import DataDirLock
 from roses_app.items import MICROS
 from roses_app.metrics import Metrics
 from roses_app.publish.catalog import Catalog
+from roses_app.publish.console import PollHistory
 from roses_app.publish.export import export_static
 from roses_app.publish.pull import PullQueries
 from roses_app.publish.server import HttpServer, create_app
@@ -93,7 +95,10 @@ class Daemon(DaemonStatus):
         self.spool = Spool(data / "spool", max_future=config.settings.max_future)
         self.store = Store(data / "store.sqlite")
         self.states = StateStore(data / "sources.sqlite")
-        on_poll = self.metrics.on_poll
+        self.history: PollHistory | None = None  # each source's last polls, for the console
+        if config.settings.console is not None:
+            self.history = PollHistory(data / "poll_history.sqlite")
+        on_poll = self.metrics.on_poll if self.history is None else self._on_poll
         base_url = config.settings.http.base_url
         self.push_table: PushTable | None = None
         self.subscriber: Subscriber | None = None
@@ -114,6 +119,11 @@ class Daemon(DaemonStatus):
         self.mail = MailConnectors(
             config.sources, data / "mail.sqlite", self.ingest, self.clock, data, on_result=on_poll
         )
+
+    def _on_poll(self, result: PollResult) -> None:
+        self.metrics.on_poll(result)
+        if self.history is not None:
+            self.history.record(result)
 
     # -- stage glue -----------------------------------------------------------------
     def ingest(self, source: str, items: list[tuple[str, int | None]]) -> None:
@@ -220,6 +230,12 @@ class Daemon(DaemonStatus):
             self.current_config, self.store, self.config.settings.data_dir / "websub.sqlite"
         )
         pull = PullQueries(self.current_config, self.spool.root)
+        console = None
+        if self.history is not None:
+            from roses_app.publish.console.wiring import daemon_console
+
+            self.history.start()
+            console = daemon_console(self, self.history)
         app = create_app(
             self.current_config,
             self.store,
@@ -231,6 +247,7 @@ class Daemon(DaemonStatus):
             pushes=None
             if self.subscriber is None
             else (self.subscriber, self.scheduler.pushed, self.config.settings.fetch.max_bytes),
+            console=console,
         )
         self.http = HttpServer(app, http.host, http.port)
         self.http.start()
@@ -421,6 +438,8 @@ class Daemon(DaemonStatus):
 
     def close(self) -> None:
         self.mail.close()
+        if self.history is not None:
+            self.history.close()
         if self.push_table is not None:
             self.push_table.close()
         self.states.close()

@@ -419,6 +419,17 @@ class Store:
             ).fetchone()
         return int(row[0])
 
+    def hourly(self, stream: str, since: float) -> dict[float, int]:
+        """How many entries of a stream (all its parts) were stored each hour since
+        ``since`` (wall-clock seconds): the start of each hour -> entries."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT CAST(created_at / 3600 AS INTEGER), COUNT(*) FROM entries"
+                " WHERE stream = ? AND created_at >= ? GROUP BY 1",
+                (stream, float(since)),
+            ).fetchall()
+        return {hour * 3600.0: count for hour, count in rows}
+
     def batch_applied(self, query_id: str, batch_id: int) -> bool:
         with self._read() as conn:
             row = conn.execute(

@@ -78,6 +78,21 @@ class WebSubSettings:
 
 
 @dataclass(frozen=True)
+class ConsoleSettings:
+    """``settings.console``: the operator's web console at ``/console/`` (off when the
+    section is absent or ``enabled: false``).  ``password_hash`` is the scrypt hash
+    ``roses console-password`` prints (from feeds.yaml, else the environment variable
+    ``ROSES_CONSOLE_PASSWORD_HASH``); ``user`` names the operator in the audit log;
+    ``session_seconds`` is how long a login lasts.  When ``settings.http.host`` is not
+    a loopback address the console refuses every request unless ``allow_remote``."""
+
+    password_hash: str
+    user: str = "admin"
+    allow_remote: bool = False
+    session_seconds: float = 12 * 3600.0
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("data")
     http: HttpSettings = HttpSettings()
@@ -94,6 +109,7 @@ class Settings:
     # How often the daemon merges the spool's archived files (seconds).
     compact_every_seconds: float = 600.0
     websub: WebSubSettings = WebSubSettings()
+    console: ConsoleSettings | None = None  # None: the console is off (/console/ is a 404)
 
 
 @dataclass(frozen=True)

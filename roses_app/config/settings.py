@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from roses_app.config.console import CONSOLE_KEYS, console_section
 from roses_app.config.fields import Problems, Section
 from roses_app.config.model import (
     FetchSettings,
@@ -38,6 +39,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
             "max_future",
             "spool",
             "websub",
+            "console",
         ),
     )
 
@@ -62,6 +64,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
     spool_section = s.section("spool", optional=("compact_every",))
     compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
     websub = _websub(problems, s.section("websub", optional=WEBSUB_KEYS), d.websub)
+    console = console_section(problems, s.section("console", optional=CONSOLE_KEYS))
     return Settings(
         data_dir=data_path,
         http=http,
@@ -72,6 +75,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
         max_future=round(max_future * 1_000_000),
         compact_every_seconds=compact_every,
         websub=websub,
+        console=console,
     )
 
 

@@ -11,6 +11,7 @@ Routes::
     /healthz                          JSON from the health callback; 200 if ok, else 503
     /sources?q=&status=&sort=&page=   each feed source's health, paged JSON (the daemon's)
     /sources.html                     the same, a page for people (sortable, filterable)
+    /console/...                      the operator's console (settings.console; off: 404)
 
 Documents are rendered once per change in the store and served from a
 :class:`~roses_app.publish.cache.RenderCache` (with their gzipped body); they carry a
@@ -42,7 +43,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from roses_app.config.model import Config
 from roses_app.publish.cache import Document, RenderCache, etag_of
@@ -55,6 +56,7 @@ from roses_app.publish.catalog import (
     feeds_of,
     render_feed,
 )
+from roses_app.publish.console import ConsoleDeps, console_mount
 from roses_app.publish.headers import HeadersApp
 from roses_app.publish.httplog import HTTP_LOGGER, quiet_uvicorn
 from roses_app.publish.pages import render_index, render_opml
@@ -259,6 +261,7 @@ def create_app(
     pull: PullQueries | None = None,
     sources: Callable[[Mapping[str, str]], Any] | None = None,
     pushes: tuple[PushTaker, PushHandler, int] | None = None,
+    console: ConsoleDeps | None = None,
 ) -> Starlette:
     """The Starlette application serving the published feeds of ``config`` from ``store``
     (``config`` may be a function giving the current config: a daemon's, which a reload
@@ -270,11 +273,12 @@ def create_app(
     ``pull``: the pull queries served at ``GET /streams/NAME?at=TIME``; ``sources``:
     the listing served at ``GET /sources`` (query parameters in, a page out);
     ``pushes``: the WebSub subscriber, what takes pushed documents and their size cap,
-    served at ``/websub/callback/TOKEN``.
+    served at ``/websub/callback/TOKEN``; ``console``: what the operator's console at
+    ``/console/`` reads and calls (None: no console, ``/console/`` is a 404).
     """
     pages = _Pages(config, store, cache if cache is not None else RenderCache())
     current = config_getter(config)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/", pages.index),
         Route("/feeds.opml", pages.opml),
         Route("/feeds-json.opml", pages.opml),
@@ -291,6 +295,8 @@ def create_app(
         routes.append(Route(CALLBACK_ROUTE, endpoint, methods=["GET", "POST"]))
     if pull is not None:
         routes.append(Route("/streams/{name}", pull.endpoint(lambda r: server_base(current(), r))))
+    if console is not None:
+        routes.append(console_mount(console))
     if hub is not None:
         hub.bind(pages.document)
         endpoint = hub.endpoint(lambda request: server_base(current(), request))

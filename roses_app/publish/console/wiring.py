@@ -1,0 +1,65 @@
+"""The console's dependencies taken from a running daemon (its one place of wiring)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from roses_app.algebra.lateness import split_tallies
+from roses_app.config.edit import apply_stream
+from roses_app.connectors.listing import Snapshot, one, rows_of
+from roses_app.publish.console.deps import ConsoleDeps, Counters, PreviewAsk
+from roses_app.publish.console.history import PollHistory
+from roses_app.publish.console.recent import Recent, recent_items
+from roses_app.publish.console.streampages import explain_stream
+from roses_app.publish.preview import Previewer, PreviewRequest, PreviewResult
+
+if TYPE_CHECKING:
+    from roses_app.daemon import Daemon
+
+
+def daemon_console(daemon: Daemon, history: PollHistory) -> ConsoleDeps | None:
+    """What the console of ``daemon`` reads and calls; None when it is off."""
+    settings = daemon.config.settings.console
+    if settings is None:
+        return None
+    spool = daemon.spool.root
+    scheduler = daemon.scheduler
+    previewer = Previewer(lambda: daemon.config, spool)
+
+    def source(name: str) -> dict[str, Any] | None:
+        found = scheduler.sources.get(name)
+        return None if found is None else one(daemon.states, found, scheduler.live())
+
+    def queries() -> dict[str, str]:
+        return {stream: r.name for r in list(daemon.queries) for stream in r.streams}
+
+    def counters() -> Counters:
+        dropped, tallies = split_tallies(
+            dict(daemon.errors.value) if daemon.errors is not None else {}
+        )
+        return {"dropped": dropped, **tallies}
+
+    def recent(name: str, limit: int) -> Recent:
+        return recent_items(spool, name, limit)
+
+    def preview(ask: PreviewAsk) -> PreviewResult:
+        return previewer.preview(PreviewRequest(**asdict(ask)))
+
+    return ConsoleDeps(
+        settings=settings,
+        config=lambda: daemon.config,
+        data_dir=daemon.config.settings.data_dir,
+        store=daemon.store,
+        sources=Snapshot(lambda: rows_of(daemon.states, scheduler.sources, scheduler.live())),
+        source=source,
+        history=history,
+        recent=recent,
+        queries=queries,
+        counters=counters,
+        explain=lambda name: explain_stream(daemon.config, name),
+        preview=preview,
+        apply=apply_stream,
+        reload=daemon.reload,
+        clock=daemon.clock,
+    )

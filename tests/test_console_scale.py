@@ -1,0 +1,90 @@
+"""The console at 100,000 sources: the sources pages filter, sort and page the same
+listing as /sources, from rows kept a few seconds.  The figures are printed (run with
+-s); the goal is 200 ms a page on the server, not asserted (machines differ)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from starlette.testclient import TestClient
+from test_console_support import ORIGIN, login, make_env, write_config
+
+from roses_app.config.model import FeedSource, SourceConfig
+from roses_app.connectors.listing import Live, Snapshot, one, rows_of
+from roses_app.connectors.refresh import Interval
+from roses_app.connectors.state import SourceState, StateStore
+from roses_app.publish.server import create_app
+
+N = 100_000
+
+
+def test_sources_pages_at_100000_sources(tmp_path: Path):
+    env = make_env(tmp_path, write_config(tmp_path))
+    states = StateStore(tmp_path / "many.sqlite")
+    feeds = {f"feed{n:06d}": FeedSource(f"feed{n:06d}", f"http://h{n % 500}.example/{n}", 600.0)
+             for n in range(N)}  # fmt: skip
+    states.put_many([
+        SourceState(name, s.url, s.url, last_status="error" if n % 50 == 0 else "ok",
+                    last_error="HTTP 500" if n % 50 == 0 else "", last_attempt_at=1e9 + n,
+                    n_polls=10, n_not_modified=n % 10, rate_items=float(n % 7),
+                    rate_seconds=86400.0)
+        for n, (name, s) in enumerate(feeds.items())
+    ])  # fmt: skip
+    live = Live(lambda name: 2e9, {name: Interval(600.0, "every: 10m") for name in feeds},
+                lambda name: None)  # fmt: skip
+    big = dataclasses.replace(env.config, sources=dict[str, SourceConfig](feeds))
+    deps = dataclasses.replace(
+        env.deps,
+        config=lambda: big,
+        sources=Snapshot(lambda: rows_of(states, feeds, live), max_age=60.0),
+        source=lambda name: one(states, feeds[name], live) if name in feeds else None,
+    )
+    client = TestClient(create_app(env.config, env.store, lambda: {"ok": True}, console=deps),
+                        base_url=ORIGIN, client=("127.0.0.1", 50000))  # fmt: skip
+    login(client)
+    asked = [
+        ({}, N, "first page (rows read and kept)"),
+        ({}, N, "first page again"),
+        ({"page": "500"}, N, "page 500"),
+        ({"sort": "-items_per_day"}, N, "sorted by items a day (first time)"),
+        ({"sort": "-items_per_day", "page": "7"}, N, "same order, page 7"),
+        ({"q": "feed0999"}, 100, "filtered by name"),
+        ({"status": "error", "sort": "-last_poll"}, 2000, "errors, newest first"),
+        ({"per_page": "1000", "page": "3"}, N, "1,000 rows a page"),
+    ]
+    for params, total, what in asked:
+        started = time.perf_counter()
+        page = client.get("/console/sources", params=params)
+        took = time.perf_counter() - started
+        assert page.status_code == 200 and f"{total:,} source(s) match." in page.text
+        print(f"/console/sources at {N:,} sources, {what}: {took * 1000:.0f} ms")
+    started = time.perf_counter()
+    single = client.get("/console/sources/feed012345")
+    print(
+        f"/console/sources/NAME at {N:,} sources: {(time.perf_counter() - started) * 1000:.0f} ms"
+    )
+    assert single.status_code == 200 and "http://h345.example/12345" in single.text
+    states.close()
+
+
+def test_kept_rows_are_read_again_in_the_background_then_before_the_page():
+    now, reads = [0.0], []
+
+    def rows() -> list[dict[str, object]]:
+        reads.append(now[0])
+        return [{"name": f"s{len(reads)}", "url": "u", "status": "ok"}]
+
+    snapshot = Snapshot(rows, max_age=10.0, clock=lambda: now[0])
+    assert snapshot({})["sources"][0]["name"] == "s1" and reads == [0.0]
+    now[0] = 5.0
+    assert snapshot({})["sources"][0]["name"] == "s1" and reads == [0.0]  # kept
+    now[0] = 15.0  # too old: read again in a thread, this page from the kept rows
+    snapshot({})
+    deadline = time.monotonic() + 5
+    while len(reads) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reads == [0.0, 15.0] and snapshot({})["sources"][0]["name"] == "s2"
+    now[0] = 200.0  # far too old: read before the page
+    assert snapshot({})["sources"][0]["name"] == "s3" and reads == [0.0, 15.0, 200.0]
