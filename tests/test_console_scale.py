@@ -11,10 +11,12 @@ from pathlib import Path
 from starlette.testclient import TestClient
 from test_console_support import ORIGIN, login, make_env, write_config
 
-from roses_app.config.model import FeedSource, SourceConfig
+from roses_app.algebra.plan import Filter, Origin, Source
+from roses_app.config.model import FeedSource, SourceConfig, StreamConfig
 from roses_app.connectors.listing import Live, Snapshot, one, rows_of
 from roses_app.connectors.refresh import Interval
 from roses_app.connectors.state import SourceState, StateStore
+from roses_app.publish.console.streampages import explain_stream
 from roses_app.publish.server import create_app
 
 N = 100_000
@@ -88,3 +90,45 @@ def test_kept_rows_are_read_again_in_the_background_then_before_the_page():
     assert reads == [0.0, 15.0] and snapshot({})["sources"][0]["name"] == "s2"
     now[0] = 200.0  # far too old: read before the page
     assert snapshot({})["sources"][0]["name"] == "s3" and reads == [0.0, 15.0, 200.0]
+
+
+def test_streams_pages_at_100000_streams(tmp_path: Path):
+    env = make_env(tmp_path, write_config(tmp_path))
+    sources: dict[str, SourceConfig] = {
+        f"s{k}": FeedSource(f"s{k}", f"http://h/{k}", 600.0) for k in range(1000)
+    }
+    leaves = [Source(f"s{k}") for k in range(1000)]
+    streams = {
+        f"alert{k:06d}": StreamConfig(
+            f"alert{k:06d}", Filter(leaves[k % 1000], f"contains(., 'w{k}')"), None,
+            Origin(str(env.config.path), 9, f"alert{k:06d}"),
+        )
+        for k in range(N)
+    }  # fmt: skip
+    big = dataclasses.replace(env.config, sources=sources, streams=streams)
+    queries = dict.fromkeys(streams, "stateless")
+    deps = dataclasses.replace(env.deps, config=lambda: big, queries=lambda: queries,
+                               source=lambda name: None,
+                               explain=lambda name: explain_stream(big, name))  # fmt: skip
+    client = TestClient(create_app(big, env.store, lambda: {"ok": True}, console=deps),
+                        base_url=ORIGIN, client=("127.0.0.1", 50000))  # fmt: skip
+    login(client)
+    asked = [
+        ({}, N, "first page (the plan summarised)"),
+        ({}, N, "first page again"),
+        ({"page": "900"}, N, "page 900"),
+        ({"q": "alert09999"}, 10, "filtered by name"),
+        ({"source": "s7"}, 100, "streams reading one source"),
+    ]
+    for params, total, what in asked:
+        started = time.perf_counter()
+        page = client.get("/console/streams", params=params)
+        took = time.perf_counter() - started
+        assert page.status_code == 200 and f"{total:,} stream(s) match." in page.text
+        assert page.text.count("<rect") <= 41  # never a box per stream
+        print(f"/console/streams at {N:,} streams, {what}: {took * 1000:.0f} ms")
+    started = time.perf_counter()
+    one_stream = client.get("/console/streams/alert012345")
+    took = time.perf_counter() - started
+    assert one_stream.status_code == 200 and "Filter σ where" in one_stream.text
+    print(f"/console/streams/NAME at {N:,} streams: {took * 1000:.0f} ms")

@@ -16,6 +16,7 @@ Every text is escaped; each stream's box links to its page.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -192,11 +193,17 @@ def _box(box: Box, x: int, y: int) -> str:
 # -- summarised by source ----------------------------------------------------------------
 
 _BY_SOURCE: dict[int, tuple[Config, dict[str, list[str]], dict[str, bool]]] = {}
+_BY_SOURCE_LOCK = threading.Lock()
 
 
 def streams_by_source(config: Config) -> tuple[dict[str, list[str]], dict[str, bool]]:
     """source -> the streams that read it; stream -> stateless; once per config.
     (Memos by node identity: a node's hash is a digest to compute.)"""
+    with _BY_SOURCE_LOCK:  # a second asker waits for the first one's answer
+        return _streams_by_source(config)
+
+
+def _streams_by_source(config: Config) -> tuple[dict[str, list[str]], dict[str, bool]]:
     found = _BY_SOURCE.get(id(config))
     if found is not None and found[0] is config:
         return found[1], found[2]
