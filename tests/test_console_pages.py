@@ -22,6 +22,7 @@ from test_console_support import (
 )
 
 from roses_app.algebra.plan import Filter, Source
+from roses_app.config import parse_config
 from roses_app.config.model import Config, FeedSource, Settings, SourceConfig, StreamConfig
 from roses_app.publish.console.chart import hourly_svg
 from roses_app.publish.console.plansvg import plan_svg
@@ -257,3 +258,25 @@ def test_hourly_chart():
     root = ElementTree.fromstring(svg)
     bars = [r for r in root.iter(f"{SVG}rect")]
     assert len(bars) == 2 and "7 in all, at most 5 an hour" in svg
+
+
+def test_a_subscription_in_the_editor(tmp_path: Path):
+    config = write_config(tmp_path)
+    line = {"name": "ice", "from": "guardian", "where": "contains(title, 'ice')", "publish": True}
+    (tmp_path / "subs.jsonl").write_text(json.dumps(line) + "\n")
+    text = config.path.read_text() + "subscriptions: subs.jsonl\n"
+    config.path.write_text(text)
+    env = make_env(tmp_path, parse_config(text, config.path))
+    login(env.client)
+    page = env.client.get("/console/editor", params={"stream": "ice"})
+    assert "line 1 of the subscriptions file" in page.text
+    textarea = page.text[page.text.index('id="editor-text"') :]
+    assert (
+        "filter:\n  from: guardian\n  where: contains(title, &#x27;ice&#x27;)\npublish: true"
+        in textarea
+    )
+    stream = env.client.get("/console/streams/ice")
+    assert (
+        f"{tmp_path / 'subs.jsonl'}:1" in stream.text
+        and "&quot;name&quot;: &quot;ice&quot;" in stream.text
+    )

@@ -12,7 +12,9 @@ Removing a stream asks first, on a page saying what happens to its feed.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -91,16 +93,31 @@ def problems_of(exc: BaseException) -> list[str]:
     return [str(exc)]
 
 
+def in_subscriptions(config: Config, name: str) -> bool:
+    """Whether a stream is a line of a subscriptions file (JSON Lines), not feeds.yaml's."""
+    return Path(config.streams[name].origin.file).suffix not in (".yaml", ".yml")
+
+
 def stream_text(config: Config, name: str) -> str:
-    """The YAML under a stream's name in its file, unindented (its editor text)."""
+    """The YAML under a stream's name in its file, unindented (its editor text); a
+    subscription's line as the same YAML."""
     stream = config.streams[name]
     lines = definition(config, stream).split("\n")
+    if in_subscriptions(config, name):
+        try:
+            line = json.loads(lines[0])
+            body: dict[str, Any] = {"filter": {"from": line["from"], "where": line["where"]}}
+        except (ValueError, KeyError, TypeError):
+            return lines[0] + "\n"
+        if line.get("publish"):
+            body["publish"] = line["publish"]
+        return yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=4096)
     _, _, rest = lines[0].partition(":")
     rest = rest.split(" #", 1)[0].strip()
-    below = [line for line in lines[1:]]
+    below = lines[1:]
     indent = min((len(x) - len(x.lstrip()) for x in below if x.strip()), default=0)
-    body = [x[indent:] for x in below]
-    return "\n".join([rest, *body] if rest else body).strip() + "\n"
+    body_lines = [x[indent:] for x in below]
+    return "\n".join([rest, *body_lines] if rest else body_lines).strip() + "\n"
 
 
 def editor_body(
@@ -109,34 +126,10 @@ def editor_body(
     """The editor page's body, for a new stream or ``params["stream"]``."""
     name = params.get("stream", "") or params.get("name", "")
     existing = name in config.streams
-    kind = params.get("kind") or ("stream" if existing else "where")
-    text = params.get("text")
-    if text is None:
-        text = stream_text(config, name) if existing else ""
-    source = params.get("source", "")
-    limit = params.get("limit", str(DEFAULT_LIMIT))
-    kinds = "".join(
-        f'<option value="{k}"{" selected" if k == kind else ""}>{esc(label)}</option>'
-        for k, label in KIND_LABELS.items()
-    )
-    names = [*config.sources, *config.streams][:SOURCES_LISTED]
-    options = "".join(f'<option value="{esc(n)}">' for n in names)
-    publish = " checked" if params.get("publish", "on" if not existing else "") else ""
     lines = [
         '<form method="post" action="/console/apply" id="editor-form" class="editor">',
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">',
-        '<div class="fields">',
-        f'<label>Stream <input name="name" id="editor-name" value="{esc(name)}" required'
-        f' maxlength="{NAME_MAX}" pattern="[A-Za-z0-9_-]+"></label>',
-        f'<label>Kind <select name="kind" id="editor-kind">{kinds}</select></label>',
-        f'<label>from: <input name="source" id="editor-source" list="editor-sources"'
-        f' value="{esc(source)}"></label><datalist id="editor-sources">{options}</datalist>',
-        f'<label>Items to try <input name="limit" id="editor-limit" type="number" min="1"'
-        f' max="{MAX_LIMIT}" value="{esc(limit)}"></label>',
-        f'<label><input type="checkbox" name="publish" id="editor-publish"{publish}>'
-        " publish (where / by / map)</label></div>",
-        f'<textarea name="text" id="editor-text" rows="12" spellcheck="false"'
-        f' aria-label="expression or stream YAML">{esc(text)}</textarea>',
+        *_inputs(config, params, name, existing),
         '<div class="actions"><button type="submit" name="action" value="apply"'
         ' id="apply-button">Apply to feeds.yaml</button>',
     ]
@@ -146,6 +139,13 @@ def editor_body(
             ' class="danger">Remove this stream…</button>'
         )
     lines.append("</div></form>")
+    if existing and in_subscriptions(config, name):
+        origin = config.streams[name].origin
+        said = (
+            f"{name} is line {origin.line} of the subscriptions file {origin.file}: the "
+            "editor previews it; change it in that file (feeds.yaml refuses a name taken twice)."
+        )
+        lines.insert(0, notice(said))
     if problems:
         lines.append('<h2>Not applied</h2><ul id="apply-problems" class="problems">')
         lines += [f"<li>{esc(p)}</li>" for p in problems]
@@ -158,6 +158,36 @@ def editor_body(
         '<div id="preview-counts"></div><ol id="preview-items" class="items"></ol></section>',
     ]
     return lines
+
+
+def _inputs(config: Config, params: Mapping[str, str], name: str, existing: bool) -> list[str]:
+    kind = params.get("kind") or ("stream" if existing else "where")
+    text = params.get("text")
+    if text is None:
+        text = stream_text(config, name) if existing else ""
+    kinds = "".join(
+        f'<option value="{k}"{" selected" if k == kind else ""}>{esc(label)}</option>'
+        for k, label in KIND_LABELS.items()
+    )
+    names = [*config.sources, *config.streams][:SOURCES_LISTED]
+    options = "".join(f'<option value="{esc(n)}">' for n in names)
+    publish = " checked" if params.get("publish", "on" if not existing else "") else ""
+    limit = params.get("limit", str(DEFAULT_LIMIT))
+    return [
+        '<div class="fields">',
+        f'<label>Stream <input name="name" id="editor-name" value="{esc(name)}" required'
+        f' maxlength="{NAME_MAX}" pattern="[A-Za-z0-9_-]+"></label>',
+        f'<label>Kind <select name="kind" id="editor-kind">{kinds}</select></label>',
+        f'<label>from: <input name="source" id="editor-source" list="editor-sources"'
+        f' value="{esc(params.get("source", ""))}"></label>'
+        f'<datalist id="editor-sources">{options}</datalist>',
+        f'<label>Items to try <input name="limit" id="editor-limit" type="number" min="1"'
+        f' max="{MAX_LIMIT}" value="{esc(limit)}"></label>',
+        f'<label><input type="checkbox" name="publish" id="editor-publish"{publish}>'
+        " publish (where / by / map)</label></div>",
+        f'<textarea name="text" id="editor-text" rows="12" spellcheck="false"'
+        f' aria-label="expression or stream YAML">{esc(text)}</textarea>',
+    ]
 
 
 def confirm_body(config: Config, name: str, csrf: str) -> list[str]:
