@@ -89,6 +89,18 @@ NEEDS: dict[str, Need] = {
             "a real browser for the tests of the HTML pages",
             find_chromium,
         ),
+        Need(
+            "chromium-browser",
+            "chromium",
+            "the full browser Selenium drives for the console's tests",
+            functools.partial(find_program, "chromium"),
+        ),
+        Need(
+            "chromium-driver",
+            "chromium-driver",
+            "WebDriver for Chromium: Selenium drives the console's pages through it",
+            functools.partial(find_program, "chromedriver"),
+        ),
     )
 }
 
