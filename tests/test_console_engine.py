@@ -78,6 +78,8 @@ def test_the_daemon_wires_the_console(tmp_path: Path):
         assert [p.message for p in daemon.history.recent("guardian")] == ["HTTP 404 Not Found"]
         deps = daemon_console(daemon, daemon.history)
         assert deps is not None and deps.reload is not None and deps.preview is not None
+        # two sources: each page reads them afresh (last and next poll as they are now)
+        assert deps.sources.max_age == 0.0  # type: ignore[attr-defined]
         app = create_app(daemon.config, daemon.store, daemon.health, console=deps)
         client = TestClient(app, base_url=ORIGIN, client=("127.0.0.1", 50000))
         assert login(client).status_code == 303
