@@ -170,14 +170,19 @@ def hub() -> Iterator[Hub]:
     h.close()
 
 
-def test_a_hub_named_in_a_link_header_is_subscribed_and_forged_pushes_ignored(
-    tmp_path: Path, feed_server: FeedServer, hub: Hub
-):
+def hubbed_feed(tmp_path: Path, feed_server: FeedServer, hub: Hub) -> tuple[str, Downstream]:
+    """A feed naming ``hub`` in a Link header, and the connector polling it."""
     topic = feed_server.url("/feed.xml")
     feed_server.routes["/feed.xml"] = Reply(
         200, rss(("a", "First")), {"Link": f'<{hub.url}>; rel="hub", <{topic}>; rel="self"'}
     )
-    down = Downstream(tmp_path, [FeedSource("feed", topic, 3600.0, fixed=False)])
+    return topic, Downstream(tmp_path, [FeedSource("feed", topic, 3600.0, fixed=False)])
+
+
+def test_a_hub_named_in_a_link_header_is_subscribed_and_forged_pushes_ignored(
+    tmp_path: Path, feed_server: FeedServer, hub: Hub
+):
+    topic, down = hubbed_feed(tmp_path, feed_server, hub)
     try:
         wait_for(lambda: len(hub.verified) == 1)
         (form,) = hub.subscriptions
@@ -250,11 +255,7 @@ def test_leases_are_renewed_before_they_end_and_unverified_asks_repeated(tmp_pat
 def test_a_source_that_left_the_config_is_unsubscribed_and_forgotten(
     tmp_path: Path, feed_server: FeedServer, hub: Hub
 ):
-    topic = feed_server.url("/feed.xml")
-    feed_server.routes["/feed.xml"] = Reply(
-        200, rss(("a", "First")), {"Link": f'<{hub.url}>; rel="hub", <{topic}>; rel="self"'}
-    )
-    down = Downstream(tmp_path, [FeedSource("feed", topic, 3600.0, fixed=False)])
+    topic, down = hubbed_feed(tmp_path, feed_server, hub)
     try:
         wait_for(lambda: hub.modes == ["subscribe"])
         callback = hub.subscriptions[0]["hub.callback"]

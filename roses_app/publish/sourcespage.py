@@ -115,9 +115,9 @@ def _row(row: Mapping[str, Any], now: float) -> str:
         esc(row["status"]),
         _ago(row["last_poll"], now),
         _ahead(row["next_poll"], now),
-        _duration(row["interval"]),
+        duration(row["interval"]),
         esc(row["why"] or ""),
-        _duration(row["lag"]),
+        duration(row["lag"]),
         "" if row["not_modified_share"] is None else f"{row['not_modified_share']:.0%}",
         "" if row["items_per_day"] is None else f"{row['items_per_day']:g}",
         str(row["failures"]),
@@ -143,20 +143,21 @@ def _pager(page: Mapping[str, Any], params: Mapping[str, str]) -> list[str]:
     return [f"<p>{' · '.join(links)}</p>"]
 
 
-def _duration(seconds: float | None) -> str:
+def _ago(at: float | None, now: float) -> str:
+    return "" if at is None else f"{duration(max(0.0, now - at))} ago"
+
+
+def _ahead(at: float | None, now: float) -> str:
+    if at is None:
+        return ""
+    return "now" if at <= now else f"in {duration(at - now)}"
+
+
+def duration(seconds: float | None) -> str:
+    """``seconds`` in the largest unit that fits (d, h, min, s), one decimal."""
     if seconds is None:
         return ""
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
         if seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.1f} s"
-
-
-def _ago(at: float | None, now: float) -> str:
-    return "" if at is None else f"{_duration(max(0.0, now - at))} ago"
-
-
-def _ahead(at: float | None, now: float) -> str:
-    if at is None:
-        return ""
-    return "now" if at <= now else f"in {_duration(at - now)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -44,6 +44,8 @@ MAX_BODY = 256 * 1024
 STATIC = Path(__file__).parent / "static"
 STATIC_TYPES = {"console.css": "text/css", "console.js": "text/javascript"}
 Handler = Callable[[Request, Session], Awaitable[Response]]
+ListingBody = Callable[[ConsoleDeps, Mapping[str, str]], list[str]]
+OneBody = Callable[[ConsoleDeps, str], "list[str] | None"]  # None: no such name
 
 
 class BodyTooLarge(RosesError, ValueError):
@@ -206,37 +208,39 @@ class Console:
             '<p><a href="/console/editor" id="new-stream">Write a new stream</a></p>',
         ]
 
-    async def sources(self, request: Request, session: Session) -> Response:
+    async def _listing(
+        self, request: Request, session: Session, title: str, body_of: ListingBody
+    ) -> Response:
+        """A paged list (sources, streams); a bad query is a 400 saying why."""
         params = dict(request.query_params)
         try:
-            body = await anyio.to_thread.run_sync(sources_body, self.deps, params)
+            body = await anyio.to_thread.run_sync(body_of, self.deps, params)
         except ValueError as exc:
-            return page("Sources", [notice(str(exc), "error")], csrf=session.csrf, status=400)
-        return page("Sources", body, csrf=session.csrf)
+            return page(title, [notice(str(exc), "error")], csrf=session.csrf, status=400)
+        return page(title, body, csrf=session.csrf)
+
+    async def _one(
+        self, request: Request, session: Session, kind: str, body_of: OneBody
+    ) -> Response:
+        """One source's or stream's page; 404 for a name the config does not have."""
+        name = request.path_params["name"]
+        body = await anyio.to_thread.run_sync(body_of, self.deps, name)
+        if body is None:
+            return page(f"No such {kind}", [notice(f"No {kind} has this name.")],
+                        csrf=session.csrf, status=404)  # fmt: skip
+        return page(f"{kind.capitalize()} {name}", body, csrf=session.csrf)
+
+    async def sources(self, request: Request, session: Session) -> Response:
+        return await self._listing(request, session, "Sources", sources_body)
 
     async def source(self, request: Request, session: Session) -> Response:
-        name = request.path_params["name"]
-        body = await anyio.to_thread.run_sync(source_body, self.deps, name)
-        if body is None:
-            return page("No such source", [notice("No source has this name.")],
-                        csrf=session.csrf, status=404)  # fmt: skip
-        return page(f"Source {name}", body, csrf=session.csrf)
+        return await self._one(request, session, "source", source_body)
 
     async def streams(self, request: Request, session: Session) -> Response:
-        params = dict(request.query_params)
-        try:
-            body = await anyio.to_thread.run_sync(streams_body, self.deps, params)
-        except ValueError as exc:
-            return page("Streams", [notice(str(exc), "error")], csrf=session.csrf, status=400)
-        return page("Streams", body, csrf=session.csrf)
+        return await self._listing(request, session, "Streams", streams_body)
 
     async def stream(self, request: Request, session: Session) -> Response:
-        name = request.path_params["name"]
-        body = await anyio.to_thread.run_sync(stream_body, self.deps, name)
-        if body is None:
-            return page("No such stream", [notice("No stream has this name.")],
-                        csrf=session.csrf, status=404)  # fmt: skip
-        return page(f"Stream {name}", body, csrf=session.csrf)
+        return await self._one(request, session, "stream", stream_body)
 
     async def editor(self, request: Request, session: Session) -> Response:
         body = editor_body(self.deps.config(), dict(request.query_params), session.csrf)

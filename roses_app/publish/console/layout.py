@@ -16,6 +16,8 @@ from urllib.parse import quote, urlencode
 
 from starlette.responses import Response
 
+from roses_app.publish.sourcespage import duration
+
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -85,15 +87,6 @@ def link(path: str, **params: str) -> str:
 def named(path: str, name: str) -> str:
     """``/console/sources/NAME``: the name percent-quoted, escaped for HTML."""
     return esc(f"{path}/{quote(name, safe='')}")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.1f} s"
 
 
 def when(at: float | None, now: float | None = None) -> str:
