@@ -39,7 +39,7 @@ from roses_app.store import Store
 log = logging.getLogger(__name__)
 
 MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
-STOP_BATCH_SECONDS = 60.0  # on stop, how long a micro-batch in flight may take to finish
+STOP_BATCH_SECONDS = 15.0  # on stop, how long a micro-batch in flight may take to finish
 STREAM_DETAIL_LIMIT = 1000  # /healthz lists streams one by one up to this many
 NOT_RUNNING_SHOWN = 20  # above it, the names of this many streams not running
 
@@ -165,7 +165,12 @@ class Daemon(DaemonStatus):
         with ThreadPoolExecutor(1, thread_name_prefix="spark-start") as pool:
             # the JVM starts in its own process: the plan is worked out meanwhile
             starting = pool.submit(
-                build_session, settings.spark, settings.data_dir / "cache", lock, finite=once
+                build_session,
+                settings.spark,
+                settings.data_dir / "cache",
+                lock,
+                finite=once,
+                limits=settings.limits,
             )
             planned = plan_streams(self.streams(), settings.namespaces)
             self.spark = starting.result()
@@ -189,6 +194,7 @@ class Daemon(DaemonStatus):
             errors=self.errors,
             lateness=settings.lateness,
             on_batch=self.metrics.on_batch,
+            limits=settings.limits,
         )
         return start_queries(engine, planned)
 

@@ -41,6 +41,14 @@ class EvaluationError(RosesError, RuntimeError):
     """An expression failed at run time on one item."""
 
 
+class ItemTimeout(EvaluationError, TimeoutError):
+    """An expression ran past ``settings.limits.item_seconds`` on one item."""
+
+
+class ItemMemoryError(EvaluationError, MemoryError):
+    """An expression needed more memory than ``settings.limits.worker_memory`` on one item."""
+
+
 class FetchError(RosesError, OSError):
     """A source could not be fetched (network, HTTP status, size, timeout)."""
 

@@ -202,19 +202,20 @@ def write_spool(
     their lines as read, when their times are integers (as the spool's): each is then
     its spool line with its seq put in, not made again from the event (0.5 s of the
     0.6 s 100,000 events took, while the JVM starts)."""
-    from roses_app.spool import event_lines, spool_line, write_lines
+    from roses_app.spool import spool_line, write_events, write_lines
 
     size = -(-len(events) // max(1, files)) or 1
     with collector_paused():  # an Event per event, no cycle among them
         for n in range(0, max(len(events), 1), size):
             chunk = events[n : n + size]
+            path = spool_log(work) / f"events-{n:012d}.jsonl"
             if lines is None:
                 made = [Event(e.source, e.ts, e.seq, e.item, e.published) for e in chunk]
-                spooled = event_lines(made)
+                write_events(path, made)  # its lines made a few at a time (see spool)
             else:
                 raw = lines[n : n + size]
                 spooled = [spool_line(line, e.seq) for e, line in zip(chunk, raw, strict=True)]
-            write_lines(spool_log(work) / f"events-{n:012d}.jsonl", spooled)
+                write_lines(path, spooled)
 
 
 def run_spark(
@@ -247,7 +248,10 @@ def spark_sink(
     sink = MemorySink(list(config.streams))
     try:
         spark = build_session(
-            config.settings.spark, config.settings.data_dir / "cache", finite=True
+            config.settings.spark,
+            config.settings.data_dir / "cache",
+            finite=True,
+            limits=config.settings.limits,
         )
         if isinstance(events, EventList):
             write_spool(work, events.events, spark.sparkContext.defaultParallelism)
@@ -260,6 +264,7 @@ def spark_sink(
             once=True,
             lateness=config.settings.lateness,
             inputs=inputs,
+            limits=config.settings.limits,
         )
         running = start_queries(engine, [stream.stream for stream in config.streams.values()])
         await_all(running, progress, total_events=total)

@@ -288,3 +288,22 @@ def test_changed_configured_url_starts_over(rig: Rig):
     rig.poller.poll(rig.source("/a"))
     assert rig.poller.poll(rig.source("/a")).status == "skipped_backoff"
     assert rig.poller.poll(rig.source("/b")).status == "ok"
+
+
+def test_a_document_of_too_many_entries_gives_its_first_ones(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What one poll hands the spool is bounded (xmlize.MAX_ENTRIES), not the document."""
+    from roses_app.connectors import xmlize
+
+    monkeypatch.setattr(xmlize, "MAX_ENTRIES", 3)
+    rig.server.routes["/feed"] = conditional(rss(*((f"g{k}", f"item {k}") for k in range(5))))
+    with caplog.at_level("WARNING"):
+        result = rig.poller.poll(rig.source("/feed"))
+    assert result.status == "ok" and result.n_items == 3
+    ((_, items),) = rig.sink.calls
+    assert [parse_item(xml).findtext("guid") for xml, _ in items] == ["g0", "g1", "g2"]
+    assert (
+        "source src: the document has 5 entries: the first 3 are taken, the other 2 left out"
+        in caplog.text
+    )

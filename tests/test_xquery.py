@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from roses_app.config import parse_config
 from roses_app.errors import ConfigError, EvaluationError, ExpressionError
 from roses_app.xmlfn import (
     XQueryError,
+    budget,
     check_xquery,
     combine_batch,
     mutate_batch,
@@ -135,6 +137,17 @@ def test_shipped_examples_check(name: str, variables: tuple[str, ...]) -> None:
 # -- batching --------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def in_process() -> Iterator[None]:
+    """Saxon in this process, as without settings.limits.item_time (with it, batches
+    run in the guard's helper: tests/test_budget.py)."""
+    before = budget.limit()
+    budget.configure(None)
+    yield
+    budget.configure(before)
+
+
+@pytest.mark.usefixtures("in_process")
 def test_one_saxon_call_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     query = XQuery("<item>{ $i/title }<n>{ count($i/*) }</n></item>", "count.xq", 1)
     mutate_batch(query, (), [PLAIN])  # prepare outside the count
@@ -144,6 +157,7 @@ def test_one_saxon_call_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [element(x).findtext("n") for x in out[:3]] == ["5", "3", "1"]
 
 
+@pytest.mark.usefixtures("in_process")
 def test_prolog_using_i_runs_one_call_per_item(monkeypatch: pytest.MonkeyPatch) -> None:
     text = (
         "declare variable $i external;\n"
@@ -250,6 +264,7 @@ def test_results_other_than_one_item_are_errors(body: str, expected: str) -> Non
     assert expected in errors.messages[0]
 
 
+@pytest.mark.usefixtures("in_process")
 def test_uncatchable_errors_rerun_the_batch_safely(monkeypatch: pytest.MonkeyPatch) -> None:
     # two items are written before Saxon sees the error: the fast wrapper cannot catch it
     query = XQuery('if ($i/guid = "g1") then (<item/>, <item/>) else $i', "two.xq", 1)
@@ -263,6 +278,7 @@ def test_uncatchable_errors_rerun_the_batch_safely(monkeypatch: pytest.MonkeyPat
     assert counter.runs == 2  # the fast call, then one safe call
 
 
+@pytest.mark.usefixtures("in_process")
 def test_a_query_that_keeps_failing_that_way_runs_safely(monkeypatch: pytest.MonkeyPatch) -> None:
     query = XQuery("<item>{ $i/title, 1 idiv count($i/guid) }</item>", "idiv.xq", 1)
     errors = Errors()

@@ -11,7 +11,7 @@ from lxml import etree
 
 from roses_app.algebra.plan import XQuery
 from roses_app.errors import EvaluationError
-from roses_app.xmlfn import combine_batch, mutate_batch, reduce_batch, xqpool, xquery
+from roses_app.xmlfn import budget, combine_batch, mutate_batch, reduce_batch, xqpool, xquery
 
 ITEM = "<item><title>t{k}</title><guid>g{k}</guid></item>"
 QUERY = XQuery(
@@ -23,13 +23,17 @@ QUERY = XQuery(
 
 @pytest.fixture(scope="module")
 def two_processes() -> Iterator[None]:
-    """One helper for the module's tests (it takes a second to start)."""
+    """One helper for the module's tests (it takes a second to start); no time limit
+    on an item (with one, the guard's helper runs the batches: tests/test_budget.py)."""
+    before = budget.limit()
+    budget.configure(None)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(xqpool.ENV, "2")
         patch.setattr(xqpool, "MIN_SHARE", 5)
         assert xqpool.wait_ready()
         yield
         xqpool.stop()
+    budget.configure(before)
 
 
 def items(n: int) -> list[str | None]:

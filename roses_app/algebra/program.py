@@ -36,6 +36,13 @@ class Step:
     stream: str = ""
     label: str = ""
     time: str = "ingest"  # a source's: which time its items take (Source.time)
+    # where it is written (feeds.yaml or a subscriptions file), for messages
+    file: str = ""
+    line: int = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else ""
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,14 @@ class Program:
 
 def _step(node: Node, inputs: tuple[int, ...]) -> Step:
     label = node.origin.step or type(node).__name__
-    common = {"inputs": inputs, "stream": node.origin.stream, "label": label}
+    origin = node.origin
+    common = {
+        "inputs": inputs,
+        "stream": origin.stream,
+        "label": label,
+        "file": origin.file,
+        "line": origin.line,
+    }
     if isinstance(node, Source):
         return Step("source", arg=node.name, time=node.time, **common)  # type: ignore[arg-type]
     if isinstance(node, Filter):

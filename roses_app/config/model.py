@@ -78,6 +78,18 @@ class WebSubSettings:
 
 
 @dataclass(frozen=True)
+class LimitSettings:
+    """``settings.limits``: what one expression may take on one item.  An item on which
+    an expression (XPath, XQuery, a regex) runs longer than ``item_seconds`` is
+    dropped by that step; ``worker_memory`` bounds each Python worker's data memory
+    (RLIMIT_DATA: what it has reserved, about 1.2 GB at its start), and an item whose
+    evaluation needs more is dropped.  None: no limit."""
+
+    item_seconds: float | None = 5.0
+    worker_memory: int | None = 3 * 1024**3
+
+
+@dataclass(frozen=True)
 class ConsoleSettings:
     """``settings.console``: the operator's web console at ``/console/`` (off when the
     section is absent or ``enabled: false``).  ``password_hash`` is the scrypt hash
@@ -110,6 +122,7 @@ class Settings:
     compact_every_seconds: float = 600.0
     websub: WebSubSettings = WebSubSettings()
     console: ConsoleSettings | None = None  # None: the console is off (/console/ is a 404)
+    limits: LimitSettings = LimitSettings()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from roses_app.config.fields import Problems, Section
 from roses_app.config.model import (
     FetchSettings,
     HttpSettings,
+    LimitSettings,
     Settings,
     SparkSettings,
     WebSubSettings,
@@ -40,6 +41,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
             "spool",
             "websub",
             "console",
+            "limits",
         ),
     )
 
@@ -65,6 +67,7 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
     compact_every = spool_section.duration("compact_every", d.compact_every_seconds)
     websub = _websub(problems, s.section("websub", optional=WEBSUB_KEYS), d.websub)
     console = console_section(problems, s.section("console", optional=CONSOLE_KEYS))
+    limits = _limits(s.section("limits", optional=("item_time", "worker_memory")), d.limits)
     return Settings(
         data_dir=data_path,
         http=http,
@@ -76,7 +79,27 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
         compact_every_seconds=compact_every,
         websub=websub,
         console=console,
+        limits=limits,
     )
+
+
+# the least settings.limits.worker_memory may be: a worker reserves about 1.2 GB of data
+# memory as it starts (Arrow's allocator 1 GB of it), so less would fail every task
+MIN_WORKER_MEMORY = 1536 * 1024**2
+
+
+def _limits(section: Section, d: LimitSettings) -> LimitSettings:
+    """settings.limits; 0 turns a limit off."""
+    seconds = section.duration("item_time", d.item_seconds, positive=False)
+    memory = section.size("worker_memory", d.worker_memory, positive=False)
+    if memory and memory < MIN_WORKER_MEMORY:
+        section.problems.add(
+            section.values["worker_memory"].line,
+            f"settings.limits.worker_memory must be at least 1.5GB (a Python worker "
+            f"reserves about 1.2 GB as it starts), or 0 for no limit; got {memory:,} bytes",
+        )
+        memory = d.worker_memory
+    return LimitSettings(item_seconds=seconds or None, worker_memory=memory or None)
 
 
 FETCH_KEYS = (

@@ -231,6 +231,16 @@ class AsyncPoller:
             self.on_document(name, hub, parsed.self_url or link_rel(links, "self") or result.url)
         if parsed.skipped:
             log.warning("source %s: %d entries could not be written as items", name, parsed.skipped)
+        if parsed.left_out:
+            taken = len(parsed.entries) + parsed.skipped
+            log.warning(
+                "source %s: the document has %d entries: the first %d are taken, the other "
+                "%d left out (a feed lists its newest first; later polls take new ones)",
+                name,
+                taken + parsed.left_out,
+                taken,
+                parsed.left_out,
+            )
         if parsed.dropped:
             log.warning("source %s: %d invalid fields dropped from its items", name, parsed.dropped)
 

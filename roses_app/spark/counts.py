@@ -37,10 +37,13 @@ class Step:
 
     stream: str
     step: str
+    where: str = ""  # file:line of the step, when known
 
     @classmethod
     def of(cls, node: Node) -> Step:
-        return cls(node.origin.stream, node.origin.step or type(node).__name__)
+        origin = node.origin
+        where = f"{origin.file}:{origin.line}" if origin.line else ""
+        return cls(origin.stream, origin.step or type(node).__name__, where)
 
 
 def error_hook(step: Step, errors: Accumulator[dict[str, int]] | None) -> ErrorHook:
@@ -48,7 +51,10 @@ def error_hook(step: Step, errors: Accumulator[dict[str, int]] | None) -> ErrorH
         from roses_app.xmlfn import guid_note
 
         note = guid_note(xml)
-        log.warning("stream %s, step %s: dropped an item%s: %s", step.stream, step.step, note, exc)
+        where = f" ({step.where})" if step.where else ""
+        log.warning(
+            "stream %s, step %s%s: dropped an item%s: %s", step.stream, step.step, where, note, exc
+        )
         if errors is not None:
             errors.add({step.step: 1})
 

@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from roses_app.algebra.program import Program, Step
+from roses_app.config.model import LimitSettings
 from roses_app.heap import collector_paused
 from roses_app.spark import counts
 from roses_app.spark.registry import OUTPUT_COLUMNS
@@ -79,7 +80,7 @@ def error_hooks(
     """Per step of a program, the hook counting (and logging) the items it drops."""
 
     def hook_for(step: Step) -> counts.ErrorHook:
-        return counts.error_hook(counts.Step(step.stream, step.label), errors)
+        return counts.error_hook(counts.Step(step.stream, step.label, step.where), errors)
 
     return hook_for
 
@@ -92,9 +93,11 @@ def fused_frame(
     presearch: bool = True,
     max_seq: int | None = None,
     inputs_held: bool = False,
+    limits: LimitSettings | None = None,
 ) -> DataFrame:
     """``events`` (the spool's lines: Spark's text source) through ``program``: the
-    events up to ``max_seq``, if given; ``inputs_held``: see ``run_program``."""
+    events up to ``max_seq``, if given; ``inputs_held``: see ``run_program``;
+    ``limits``: what an expression may take on an item (xmlfn/budget.py)."""
 
     from roses_app.xmlfn.fused import shipped_analyses
 
@@ -104,11 +107,15 @@ def fused_frame(
     analyses = shipped_analyses(program) if presearch else b""
     key = program.key  # computed here, so it travels with the program to each task
     sent = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)  # see received()
+    limits = limits or LimitSettings()
+    seconds, memory = limits.item_seconds, limits.worker_memory
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from roses_app.xmlfn import budget
         from roses_app.xmlfn.fused import run_program
         from roses_app.xmlfn.presearch_terms import remember
 
+        budget.apply(seconds, memory)
         remember(key, analyses)
         program = received(key, sent)
         for batch in batches:

@@ -12,6 +12,9 @@ With any other ``SPARK_HOME`` (a Spark distribution on a cluster) the path is le
 Spark made it.  Nothing else is imported before the daemon forks its workers: pyspark
 keeps even its worker module out of the daemon, since pandas and pyarrow start threads
 when imported, and a fork copies only the forking thread.
+
+The daemon also bounds its workers' data memory (``settings.limits.worker_memory``,
+passed as ``ROSES_WORKER_MEMORY``; see :mod:`roses_app.rlimit`): they inherit it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+
+from roses_app.rlimit import MEMORY_ENV, limit_memory, memory_from_env
 
 
 def bundled_zips(path: Sequence[str]) -> list[str]:
@@ -46,6 +51,7 @@ def bundled_zips(path: Sequence[str]) -> list[str]:
 
 
 def main() -> None:
+    limit_memory(memory_from_env(os.environ.get(MEMORY_ENV, "")))
     zips = set(bundled_zips(sys.path))
     sys.path[:] = [entry for entry in sys.path if entry not in zips]
     from pyspark.daemon import manager

@@ -23,7 +23,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -35,7 +35,7 @@ from roses_app.algebra.globalplan import GlobalPlan
 from roses_app.algebra.plan import Node, Stream
 from roses_app.algebra.program import Program, build_program
 from roses_app.algebra.rewrite import rewrite_streams
-from roses_app.config.model import SparkSettings
+from roses_app.config.model import LimitSettings, SparkSettings
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.counts import CountsParam
 from roses_app.spark.frontier import FrontierLog
@@ -59,7 +59,7 @@ from roses_app.spark.lower import (
     LowerContext,
     with_watermark,
 )
-from roses_app.spark.queries import RunningQuery, await_all
+from roses_app.spark.queries import RunningQuery, abandonable, await_all
 from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
 from roses_app.spark.session import shuffle_partitions
 from roses_app.spool import archive_of, last_archived_seq
@@ -153,6 +153,8 @@ class Engine:
     # the spool's items by seq, when the caller holds them (a replay): the stateless
     # query's rows then carry only the items it made (see run_program's inputs_held)
     inputs: Sequence[str | None] | None = None
+    # what an expression may take on one item in the fused stage (settings.limits)
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
     @property
     def checkpoints(self) -> Path:
@@ -184,6 +186,7 @@ class Engine:
         """``handle``, telling ``on_batch`` the rows it wrote and the time it took (the
         micro-batch's computation runs inside it: the handler collects the result)."""
         hook = self.on_batch
+        handle = abandonable(qid, handle)
 
         def run(batch: DataFrame, batch_id: int) -> None:
             started = time.perf_counter()
@@ -286,7 +289,9 @@ def stateless_query(engine: Engine, layout: Layout) -> tuple[DataFrame, BatchHan
     events = events_stream(engine.spark, engine.log_dir, engine.max_batch_bytes)
     # frontier rows are read by other queries: they carry their items
     inputs = None if frontier else engine.inputs
-    frame = fused_frame(events, program, engine.errors, inputs_held=inputs is not None)
+    frame = fused_frame(
+        events, program, engine.errors, inputs_held=inputs is not None, limits=engine.limits
+    )
     readers = [g.id for g in layout.generations]
     for generation in readers:
         engine.frontier.prepare(generation)
@@ -367,7 +372,8 @@ def backfill_stateless(engine: Engine, layout: Layout) -> None:
 def _backfill_table(engine: Engine, program: Program, position: int) -> object:
     """The fused program over the spool events up to ``position`` (a batch job)."""
     events = spool_events(engine.spark, engine.log_dir)
-    return fused_frame(events, program, engine.errors, max_seq=position).toArrow()
+    frame = fused_frame(events, program, engine.errors, max_seq=position, limits=engine.limits)
+    return frame.toArrow()
 
 
 # -- stateful generations --------------------------------------------------------------

@@ -32,9 +32,11 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from roses_app.config.model import SparkSettings
+from roses_app.config.model import LimitSettings, SparkSettings
 from roses_app.javaenv import apply_java_env, default_cache_dir
+from roses_app.rlimit import MEMORY_ENV
 from roses_app.spark.classarchive import FOLDER, ClassArchive, class_archive
+from roses_app.xmlfn.budget import ENV as ITEM_SECONDS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,12 @@ ARCHIVE_EXIT_SECONDS = 60.0  # the same when it writes its class archive then (~
 _silenced = threading.Event()  # set: the JVM's stderr is drained, not relayed
 
 
-def session_conf(settings: SparkSettings, *, finite: bool = False) -> dict[str, str]:
-    """Spark's settings (``finite``: for a run that ends by itself; see FINITE_JIT)."""
+def session_conf(
+    settings: SparkSettings, *, finite: bool = False, limits: LimitSettings | None = None
+) -> dict[str, str]:
+    """Spark's settings (``finite``: for a run that ends by itself; see FINITE_JIT;
+    ``limits``: what the Python workers apply, through their environment)."""
+    limits = limits or LimitSettings()
     java = f"-Dlog4j.configurationFile={LOG4J_CONFIG}" + (f" {FINITE_JIT}" if finite else "")
     conf = {
         "spark.master": settings.master,
@@ -96,6 +102,10 @@ def session_conf(settings: SparkSettings, *, finite: bool = False) -> dict[str, 
         "spark.sql.adaptive.enabled": "false",
         "spark.driver.extraJavaOptions": java,
         "spark.executor.extraJavaOptions": java,
+        # settings.limits in every Python worker: the time an expression may take on an
+        # item (xmlfn/budget.py), the data memory of each (its daemon's RLIMIT_DATA)
+        f"spark.executorEnv.{ITEM_SECONDS_ENV}": f"{limits.item_seconds or 0:g}",
+        f"spark.executorEnv.{MEMORY_ENV}": str(limits.worker_memory or 0),
     }
     conf.update(dict(settings.conf))
     return conf
@@ -107,6 +117,7 @@ def build_session(
     keep_fds: Sequence[int] = (),
     *,
     finite: bool = False,
+    limits: LimitSettings | None = None,
 ) -> SparkSession:
     """Get or create the SparkSession, making sure a usable Java runtime is there.
 
@@ -118,7 +129,7 @@ def build_session(
     apply_java_env(cache_dir)
     # Spark binds to 127.0.0.1 and does not warn that the host name is a loopback one.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = session_conf(settings, finite=finite)
+    conf = session_conf(settings, finite=finite, limits=limits)
     archive = None
     if settings.class_archive and SparkContext._gateway is None:
         java_home = Path(os.environ["JAVA_HOME"])

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from lxml import etree
 
+from roses_app.xmlfn import budget
 from roses_app.xmlfn.fastpath import fast_xpath
 from roses_app.xmlfn.xpath import (
     ITEM_VARIABLES,
@@ -82,19 +83,20 @@ def each(
     append = out.append
     parser = thread_parser()
     fromstring = etree.fromstring
-    for xml in xmls:
-        if xml is None:
-            append(empty)
-            continue
-        try:
+    with budget.watching():  # an item past settings.limits.item_seconds is dropped
+        for xml in xmls:
+            if xml is None:
+                append(empty)
+                continue
             try:
-                item = fromstring(xml, parser)
-            except ValueError:  # a str with an encoding declaration
-                item = parse(xml, parser)
-            append(fn(item))
-        except Exception as exc:
-            report(on_error, what, xml, exc)
-            append(empty)
+                try:
+                    item = fromstring(xml, parser)
+                except ValueError:  # a str with an encoding declaration
+                    item = parse(xml, parser)
+                append(fn(item))
+            except Exception as exc:
+                report(on_error, what, xml, exc)
+                append(empty)
     return out
 
 
@@ -220,6 +222,19 @@ def observe2_batch(
     xpath = fast_xpath(expr, "boolean", namespaces, PAIR_VARIABLES) if fast else None
     what = f"predicate {expr!r}"
     out: list[bool] = []
+    with budget.watching():
+        _observe2_each(pairs, compiled, xpath, what, on_error, out)
+    return out
+
+
+def _observe2_each(
+    pairs: Sequence[tuple[str | None, str | None]],
+    compiled: Any,
+    xpath: Any,
+    what: str,
+    on_error: OnError | None,
+    out: list[bool],
+) -> None:
     for xml1, xml2 in pairs:
         if xml1 is None:
             out.append(False)
@@ -237,7 +252,6 @@ def observe2_batch(
         except Exception as exc:
             report(on_error, what, failing, exc)
             out.append(False)
-    return out
 
 
 __all__ = [

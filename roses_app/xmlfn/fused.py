@@ -26,6 +26,7 @@ from lxml import etree
 from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program, Step
 from roses_app.heap import building_long_lived, collector_paused
 from roses_app.items import content_hash, item_identity
+from roses_app.xmlfn import budget
 from roses_app.xmlfn.batch import (
     OnError,
     accessor_fn,
@@ -447,7 +448,8 @@ def run_program(
     as INPUT_ITEM and no row has a guid: at 10,000 subscriptions, 166,000 items
     of 100,000 went through the JVM twice more for nothing (0.8 s of a replay)."""
     run = Run(compiled(program, presearch=presearch), hook_for)
-    with collector_paused():
+    # an item past settings.limits.item_seconds is dropped by its step (budget)
+    with collector_paused(), budget.watching():
         run.load(sources, items, published)
         for n, step in enumerate(program.steps):
             run.step(n, step)

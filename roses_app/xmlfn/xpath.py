@@ -19,10 +19,15 @@ import elementpath
 from elementpath.xpath31 import XPath31Parser
 from lxml import etree
 
-from roses_app.errors import EvaluationError, ExpressionError
+from roses_app.errors import EvaluationError, ExpressionError, ItemMemoryError, ItemTimeout
 from roses_app.items import FEED_NAMESPACES, safe_parser
+from roses_app.xmlfn import budget
 
 Namespaces = tuple[tuple[str, str], ...]
+
+# matches, replace and tokenize bounded by the item's time, ranges by their length
+budget.install_regex()
+budget.install_range_bound()
 
 CODEPOINT_COLLATION = "http://www.w3.org/2005/xpath-functions/collation/codepoint"
 
@@ -87,19 +92,44 @@ class CompiledXPath:
 
     def evaluate(self, item: etree._Element | None, **variables: Any) -> list[Any]:
         """The result as a list of lxml elements and atomic values."""
+        outer = budget.arm()
         try:
             # select_results() yields lxml elements and atomic values, not node wrappers
             return list(self.root_token.select_results(self._context(item, variables)))
         except elementpath.ElementPathError as exc:
             raise EvaluationError(f"XPath {self.expr!r} failed: {exc}") from exc
+        except (ItemTimeout, MemoryError) as exc:
+            budget.disarm(outer)  # no tick may preempt the message naming the expression
+            raise self._over_budget(exc) from exc
+        finally:
+            budget.disarm(outer)
 
     def boolean(self, item: etree._Element | None, **variables: Any) -> bool:
         """The effective boolean value of the result."""
+        outer = budget.arm()
         try:
             token = self.root_token
             return bool(token.boolean_value(token.evaluate(self._context(item, variables))))
         except elementpath.ElementPathError as exc:
             raise EvaluationError(f"XPath {self.expr!r} failed: {exc}") from exc
+        except (ItemTimeout, MemoryError) as exc:
+            budget.disarm(outer)  # no tick may preempt the message naming the expression
+            raise self._over_budget(exc) from exc
+        finally:
+            budget.disarm(outer)
+
+    def _over_budget(self, exc: BaseException) -> EvaluationError:
+        """What an evaluation stopped by the time or memory limit raises, naming the
+        expression."""
+        if isinstance(exc, ItemTimeout):
+            return ItemTimeout(budget.timeout_message(f"XPath {self.expr!r}"))
+        if isinstance(exc, ItemMemoryError):
+            return ItemMemoryError(f"XPath {self.expr!r}: {exc}")
+        return ItemMemoryError(
+            f"XPath {self.expr!r} needed more memory than a worker may take on this item "
+            "(settings.limits.worker_memory), so the item is dropped: make the expression "
+            "build smaller strings and sequences, or raise the limit"
+        )
 
 
 @lru_cache(maxsize=1024)
@@ -132,10 +162,17 @@ def syntax_tree(
 
 
 def _parsed(parser: XPath31Parser, expr: str, variables: tuple[str, ...]) -> Any:
+    # elementpath evaluates what needs no item as it parses: its regexes have the
+    # item's time limit, and a range too long to build fails it here
+    outer = budget.arm()
     try:
         token = parser.parse(expr)
     except elementpath.ElementPathError as exc:
         raise ExpressionError(f"XPath syntax error in {expr!r}: {exc}") from exc
+    except (EvaluationError, MemoryError) as exc:
+        raise ExpressionError(f"XPath {expr!r} cannot be evaluated: {exc}") from exc
+    finally:
+        budget.disarm(outer)
     unknown = sorted(_free_variables(token) - set(variables))
     if unknown:
         known = ", ".join(f"${name}" for name in variables) or "none"

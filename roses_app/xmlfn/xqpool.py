@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lxml import etree
 
@@ -121,7 +121,9 @@ _pool_lock = threading.Lock()
 _HELPER_MAIN = f"import sys; from {__name__} import main; main(sys.argv)"
 
 
-def _start() -> Helper:
+def start_helper(stderr: IO[bytes] | None = None) -> Helper:
+    """A new helper process (it says "ready" once Saxon is loaded); its standard
+    error goes to ``stderr`` (default: this process's)."""
     requests_fd, to_helper = os.pipe()  # the helper reads requests_fd
     from_helper, replies_fd = os.pipe()  # the helper writes replies_fd
     package_root = str(Path(__file__).resolve().parents[2])
@@ -133,6 +135,7 @@ def _start() -> Helper:
             [sys.executable, "-c", _HELPER_MAIN, str(requests_fd), str(replies_fd)],
             pass_fds=(requests_fd, replies_fd),
             stdin=subprocess.DEVNULL,
+            stderr=stderr,
             env=env,
         )
     finally:
@@ -154,7 +157,7 @@ def _helpers(wanted: int) -> list[Helper]:
             helper.close()
     while len(helpers) < wanted:
         try:
-            helpers.append(_start())
+            helpers.append(start_helper())
         except OSError as exc:  # no helper then: the caller runs everything itself
             log.warning("cannot start an XQuery helper process: %s", exc)
             break

@@ -50,7 +50,7 @@ from lxml import etree
 
 from roses_app.algebra.plan import XQuery
 from roses_app.errors import EvaluationError
-from roses_app.xmlfn import xqpool
+from roses_app.xmlfn import budget, xqguard, xqpool
 from roses_app.xmlfn.batch import OnError, report
 from roses_app.xmlfn.xpath import Namespaces
 from roses_app.xmlfn.xqprepare import (
@@ -351,11 +351,18 @@ def _evaluate(
     """Run ``query`` over ``units`` (at ``positions`` of ``count`` inputs); see the
     module doc.  Inputs without a unit give None."""
     extra = dict(extra_vars or {})
-    with lock:
+    with lock:  # raises XQueryError here if the query does not compile
         prepared = prepare(query, namespaces, kind, tuple(sorted(extra)))
     what = f"{kind} {where_of(query)}"
+    seconds = budget.limit()
+    guarded = None
+    if seconds is not None and units:  # Saxon in a helper killed past its deadline
+        request = xqguard.Request(query, namespaces, kind, extra, what)
+        guarded = xqguard.run(request, units.inner, units.blame, on_error, seconds)
     try:
-        computed = _run_shared(prepared, units, extra, on_error, what)
+        computed = (
+            guarded if guarded is not None else _run_shared(prepared, units, extra, on_error, what)
+        )
     except Exception as exc:  # not expected: never let one batch stop the stream
         log.exception("%s failed on a whole batch", what)
         for blame in units.blame:

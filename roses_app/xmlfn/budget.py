@@ -1,0 +1,276 @@
+"""The per-item evaluation budget: no expression holds a worker long on one item.
+
+An expression that ``roses check`` accepts may still run for ever on some item
+(``count(for $a in 1 to 100000, $b in 1 to 100000 return $a)``), or backtrack for ever
+in a regex (``matches(title, '^(a+)+$')`` on forty ``a``).  Past
+``settings.limits.item_time`` on one item, its evaluation is abandoned with
+:class:`~roses_app.errors.ItemTimeout`: the step's error hook drops that item (counted,
+logged) and the other items go on.
+
+* elementpath runs Python bytecode.  While a batch runs (:func:`watching`, in the
+  main thread: only it runs signal handlers) a SIGALRM ticks a few times a second, and
+  raises in the evaluation that started more than the limit ago (:func:`arm`).  A tick
+  per batch rather than a timer per item: arming an evaluation is a clock read and a
+  store, not two system calls.
+* Python's ``re`` checks no signal inside a match, so elementpath's regex functions
+  (matches, replace, tokenize, analyze-string) get the ``regex`` module instead (the
+  same syntax and flags), whose matches take the time left to the item as their
+  ``timeout`` (:func:`install_regex`).  That bound holds in any thread.
+* A range (``1 to 100000000``) is a list elementpath builds in C, seconds and gigabytes
+  before the next tick: one longer than :data:`MAX_RANGE` items fails at once
+  (:func:`install_range_bound`).  What else an expression builds is bounded by the
+  worker's memory limit (``settings.limits.worker_memory``): a MemoryError drops the item.
+* Saxon (XQuery) is native code holding the GIL: :mod:`roses_app.xmlfn.xqguard`.
+
+The limit is per process: ``ROSES_ITEM_SECONDS`` (Spark's workers get it from the
+session's ``spark.executorEnv``, see :mod:`roses_app.spark.session`), or
+:func:`configure` in the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+import regex
+
+from roses_app.errors import ItemMemoryError, ItemTimeout
+from roses_app.rlimit import limit_memory
+
+log = logging.getLogger(__name__)
+
+ENV = "ROSES_ITEM_SECONDS"
+DEFAULT_ITEM_SECONDS = 5.0
+# how often the timer looks at the evaluation in progress (at most): a late tick
+# only lets an item run this much past its limit
+MAX_TICK_SECONDS = 0.25
+# items of one range expression (a list of Python ints: about 36 bytes each)
+MAX_RANGE = 10_000_000
+
+
+def limit_from_env() -> float | None:
+    """``ROSES_ITEM_SECONDS`` (0: no limit), else the default."""
+    text = os.environ.get(ENV, "").strip()
+    if not text:
+        return DEFAULT_ITEM_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        log.warning("%s=%r is not a number of seconds: using %g", ENV, text, DEFAULT_ITEM_SECONDS)
+        return DEFAULT_ITEM_SECONDS
+    return seconds if seconds > 0 else None
+
+
+class _State:
+    __slots__ = ("limit", "started", "watching")
+
+    def __init__(self) -> None:
+        self.limit: float | None = limit_from_env()
+        self.started = 0.0  # when the evaluation in progress started; 0.0: none
+        self.watching = False
+
+
+_state = _State()
+
+
+def configure(seconds: float | None) -> None:
+    """This process's limit (None or 0: none); the environment variable too, so that
+    processes started from here (Spark's daemon, XQuery helpers) inherit it."""
+    _state.limit = seconds if seconds else None
+    os.environ[ENV] = f"{seconds:g}" if seconds else "0"
+
+
+def limit() -> float | None:
+    return _state.limit
+
+
+def apply(item_seconds: float | None, memory: int | None) -> None:
+    """A task's ``settings.limits``, in the worker that runs it: the time an
+    expression may take on one item, and the worker's data memory (see
+    :mod:`roses_app.rlimit`)."""
+    if _state.limit != (item_seconds or None):
+        configure(item_seconds)
+    if _memory["set"] != memory:
+        _memory["set"] = limit_memory(memory)
+
+
+_memory: dict[str, int | None] = {"set": None}
+
+
+def arm() -> float:
+    """An evaluation starts (a nested one keeps the outer start): hand the result to
+    :func:`disarm` when it ends."""
+    outer = _state.started
+    if not outer:
+        _state.started = time.monotonic()
+    return outer
+
+
+def disarm(outer: float) -> None:
+    _state.started = outer
+
+
+def timeout_message(what: str) -> str:
+    return (
+        f"{what} ran for more than {_state.limit:g} s on this item (settings.limits."
+        "item_time), so the item is dropped: make the expression cheaper (no nested "
+        "repetition such as (a+)+ in a regex, smaller for/to ranges) or raise the limit"
+    )
+
+
+def remaining() -> float | None:
+    """Seconds left to the evaluation in progress (None: no limit); raises
+    ItemTimeout when none are left."""
+    started, seconds = _state.started, _state.limit
+    if not started or seconds is None:
+        return None
+    left = seconds - (time.monotonic() - started)
+    if left <= 0:
+        raise ItemTimeout(timeout_message("the expression"))
+    return left
+
+
+def _tick(signum: int, frame: Any) -> None:
+    started, seconds = _state.started, _state.limit
+    if started and seconds is not None and time.monotonic() - started > seconds:
+        raise ItemTimeout(timeout_message("the expression"))
+
+
+@contextmanager
+def watching() -> Iterator[None]:
+    """The timer ticks while the block runs (a no-op without a limit, when already
+    ticking, or outside the main thread, where only regexes are bounded)."""
+    seconds = _state.limit
+    main = threading.current_thread() is threading.main_thread()
+    if seconds is None or _state.watching or not main:
+        yield
+        return
+    tick = min(MAX_TICK_SECONDS, seconds / 4)
+    previous = signal.signal(signal.SIGALRM, _tick)
+    # system calls of other threads (Saxon's, Arrow's) go on rather than fail with EINTR
+    signal.siginterrupt(signal.SIGALRM, False)
+    _state.watching = True
+    signal.setitimer(signal.ITIMER_REAL, tick, tick)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _state.watching = False
+        signal.signal(signal.SIGALRM, previous)
+
+
+# -- regexes with a deadline -----------------------------------------------------------
+
+
+class _TimedPattern:
+    """A compiled ``regex`` pattern whose matching methods get the item's time left."""
+
+    __slots__ = ("_compiled", "flags", "groups", "pattern")
+
+    def __init__(self, compiled: Any) -> None:
+        self._compiled = compiled
+        self.pattern: str = compiled.pattern
+        self.groups: int = compiled.groups
+        self.flags: int = compiled.flags
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._compiled, method)(*args, timeout=remaining())
+        except TimeoutError as exc:
+            if isinstance(exc, ItemTimeout):
+                raise
+            raise ItemTimeout(timeout_message(f"the regex {self.pattern!r}")) from exc
+
+    def search(self, string: str, *args: Any) -> Any:
+        return self._call("search", string, *args)
+
+    def match(self, string: str, *args: Any) -> Any:
+        return self._call("match", string, *args)
+
+    def fullmatch(self, string: str, *args: Any) -> Any:
+        return self._call("fullmatch", string, *args)
+
+    def sub(self, repl: Any, string: str, count: int = 0) -> Any:
+        return self._call("sub", repl, string, count)
+
+    def split(self, string: str, maxsplit: int = 0) -> Any:
+        return self._call("split", string, maxsplit)
+
+    def findall(self, string: str, *args: Any) -> Any:
+        return self._call("findall", string, *args)
+
+
+@lru_cache(maxsize=512)
+def _compile(pattern: str, flags: int = 0) -> Any:
+    # re first: a pattern it refuses raises re.error as elementpath expects
+    plain = re.compile(pattern, flags)
+    try:
+        return _TimedPattern(regex.compile(pattern, flags | regex.VERSION0))
+    except regex.error as exc:  # not seen with elementpath's translations
+        log.warning("regex %r runs on Python's re, without a time limit: %s", pattern, exc)
+        return plain
+
+
+def _search(pattern: str, string: str, flags: int = 0) -> Any:
+    return _compile(pattern, flags).search(string)
+
+
+def _timed_re() -> types.ModuleType:
+    """``re``, with compile and search timed (the rest, e.g. escape and error, as is)."""
+    module = types.ModuleType("roses_timed_re", "re with time limits (roses_app.xmlfn.budget)")
+    module.__dict__.update({k: v for k, v in vars(re).items() if not k.startswith("__")})
+    module.compile = _compile  # type: ignore[attr-defined]
+    module.search = _search  # type: ignore[attr-defined]
+    return module
+
+
+TIMED_RE = _timed_re()
+
+
+def install_regex() -> bool:
+    """Point elementpath's regex functions at :data:`TIMED_RE` (they use ``re``
+    through their module's global); False, and a warning, if elementpath's layout has
+    changed so that they cannot be."""
+    from elementpath.xpath2 import _xpath2_functions
+    from elementpath.xpath30 import _xpath30_functions
+
+    installed = True
+    for module in (_xpath2_functions, _xpath30_functions):
+        found = getattr(module, "re", None)
+        if found is re:
+            module.re = TIMED_RE  # type: ignore[attr-defined]
+        elif found is not TIMED_RE:
+            log.warning("%s has no re module: its regexes have no time limit", module.__name__)
+            installed = False
+    return installed
+
+
+def install_range_bound() -> None:
+    """Make elementpath's ``to`` refuse a range of more than :data:`MAX_RANGE` items."""
+    from elementpath.xpath2.xpath2_parser import XPath2Parser
+
+    token = XPath2Parser.symbol_table["to"]
+    unbounded = token.evaluate
+    if getattr(unbounded, "bounded", False):
+        return
+
+    def evaluate(self: Any, context: Any = None) -> Any:
+        start, stop = self.get_operands(context)
+        if isinstance(start, int) and isinstance(stop, int) and stop - start >= MAX_RANGE:
+            raise ItemMemoryError(
+                f"the range {start} to {stop} has more than {MAX_RANGE:,} items, the most "
+                "an expression may build: iterate over a smaller one"
+            )
+        return unbounded(self, context)
+
+    evaluate.bounded = True  # type: ignore[attr-defined]
+    token.evaluate = evaluate
