@@ -150,8 +150,8 @@ def test_health_counts_streams_above_the_detail_limit(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(daemon_module, "STREAM_DETAIL_LIMIT", 1)
     daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
-    query = RunningQuery("stateless", frozenset({"plain"}), FakeQuery(True), lambda: FakeQuery(True))  # type: ignore[arg-type]
-    daemon.queries = [query]
+    fake = FakeQuery(True)
+    daemon.queries = [RunningQuery("stateless", frozenset({"plain"}), fake, lambda: fake)]  # type: ignore[arg-type]
     health = daemon.health()
     assert not health["ok"]
     assert health["streams"] == {
