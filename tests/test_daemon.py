@@ -126,7 +126,7 @@ def test_health_tells_running_from_published_per_stream(tmp_path: Path) -> None:
     daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
 
     def running(name: str, streams: set[str], active: bool) -> RunningQuery:
-        return RunningQuery(name, frozenset(streams), FakeQuery(active), lambda: FakeQuery(True))  # type: ignore[arg-type]
+        return RunningQuery(name, frozenset(streams), FakeQuery(active), lambda: FakeQuery(True))  # type: ignore[arg-type, return-value]
 
     daemon.queries = [running("stateless", {"plain"}, True), running("gen-1", {"hourly"}, True)]
     health = daemon.health()
@@ -151,7 +151,7 @@ def test_health_counts_streams_above_the_detail_limit(tmp_path: Path, monkeypatc
     monkeypatch.setattr(daemon_module, "STREAM_DETAIL_LIMIT", 1)
     daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
     fake = FakeQuery(True)
-    daemon.queries = [RunningQuery("stateless", frozenset({"plain"}), fake, lambda: fake)]  # type: ignore[arg-type]
+    daemon.queries = [RunningQuery("stateless", frozenset({"plain"}), fake, lambda: fake)]  # type: ignore[arg-type, return-value]
     health = daemon.health()
     assert not health["ok"]
     assert health["streams"] == {
