@@ -15,7 +15,8 @@ logged) and the other items go on.
 * Python's ``re`` checks no signal inside a match, so elementpath's regex functions
   (matches, replace, tokenize, analyze-string) get the ``regex`` module instead (the
   same syntax and flags), whose matches take the time left to the item as their
-  ``timeout`` (:func:`install_regex`).  That bound holds in any thread.
+  ``timeout`` (:func:`install_regex`); a pattern without quantifiers, which cannot
+  backtrack, stays on ``re``.  That bound holds in any thread.
 * A range (``1 to 100000000``) is a list elementpath builds in C, seconds and gigabytes
   before the next tick: one longer than :data:`MAX_RANGE` items fails at once
   (:func:`install_range_bound`).  What else an expression builds is bounded by the
@@ -182,37 +183,48 @@ class _TimedPattern:
         self.groups: int = compiled.groups
         self.flags: int = compiled.flags
 
-    def _call(self, method: str, *args: Any) -> Any:
-        try:
-            return getattr(self._compiled, method)(*args, timeout=remaining())
-        except TimeoutError as exc:
-            if isinstance(exc, ItemTimeout):
-                raise
-            raise ItemTimeout(timeout_message(f"the regex {self.pattern!r}")) from exc
+    def _timed_out(self, exc: TimeoutError) -> ItemTimeout:
+        if isinstance(exc, ItemTimeout):
+            return exc
+        return ItemTimeout(timeout_message(f"the regex {self.pattern!r}"))
 
     def search(self, string: str, *args: Any) -> Any:
-        return self._call("search", string, *args)
+        try:
+            return self._compiled.search(string, *args, timeout=remaining())
+        except TimeoutError as exc:
+            raise self._timed_out(exc) from exc
 
     def match(self, string: str, *args: Any) -> Any:
-        return self._call("match", string, *args)
-
-    def fullmatch(self, string: str, *args: Any) -> Any:
-        return self._call("fullmatch", string, *args)
+        try:
+            return self._compiled.match(string, *args, timeout=remaining())
+        except TimeoutError as exc:
+            raise self._timed_out(exc) from exc
 
     def sub(self, repl: Any, string: str, count: int = 0) -> Any:
-        return self._call("sub", repl, string, count)
+        try:
+            return self._compiled.sub(repl, string, count, timeout=remaining())
+        except TimeoutError as exc:
+            raise self._timed_out(exc) from exc
 
     def split(self, string: str, maxsplit: int = 0) -> Any:
-        return self._call("split", string, maxsplit)
+        try:
+            return self._compiled.split(string, maxsplit, timeout=remaining())
+        except TimeoutError as exc:
+            raise self._timed_out(exc) from exc
 
-    def findall(self, string: str, *args: Any) -> Any:
-        return self._call("findall", string, *args)
+
+# A quantifier (or what may be one, escaped or not): a pattern without any cannot
+# backtrack, and runs on Python's re, several times faster on short strings (the
+# separators of tokenize, literal words of matches)
+_MAY_REPEAT = re.compile(r"[*+?{]")
 
 
 @lru_cache(maxsize=512)
 def _compile(pattern: str, flags: int = 0) -> Any:
     # re first: a pattern it refuses raises re.error as elementpath expects
     plain = re.compile(pattern, flags)
+    if not _MAY_REPEAT.search(pattern):
+        return plain
     try:
         return _TimedPattern(regex.compile(pattern, flags | regex.VERSION0))
     except regex.error as exc:  # not seen with elementpath's translations
