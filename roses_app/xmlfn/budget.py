@@ -72,15 +72,22 @@ def limit_from_env() -> float | None:
 
 
 class _State:
-    __slots__ = ("limit", "started", "watching")
+    __slots__ = ("limit", "watching")
 
     def __init__(self) -> None:
         self.limit: float | None = limit_from_env()
-        self.started = 0.0  # when the evaluation in progress started; 0.0: none
         self.watching = False
 
 
+class _Evaluation(threading.local):
+    """When this thread's evaluation in progress started (0.0: none): a thread of the
+    daemon's server (a preview) and the main thread do not time each other."""
+
+    started = 0.0
+
+
 _state = _State()
+_evaluation = _Evaluation()
 
 
 def configure(seconds: float | None) -> None:
@@ -110,14 +117,14 @@ _memory: dict[str, int | None] = {"set": None}
 def arm() -> float:
     """An evaluation starts (a nested one keeps the outer start): hand the result to
     :func:`disarm` when it ends."""
-    outer = _state.started
+    outer = _evaluation.started
     if not outer:
-        _state.started = time.monotonic()
+        _evaluation.started = time.monotonic()
     return outer
 
 
 def disarm(outer: float) -> None:
-    _state.started = outer
+    _evaluation.started = outer
 
 
 def timeout_message(what: str) -> str:
@@ -131,7 +138,7 @@ def timeout_message(what: str) -> str:
 def remaining() -> float | None:
     """Seconds left to the evaluation in progress (None: no limit); raises
     ItemTimeout when none are left."""
-    started, seconds = _state.started, _state.limit
+    started, seconds = _evaluation.started, _state.limit
     if not started or seconds is None:
         return None
     left = seconds - (time.monotonic() - started)
@@ -141,7 +148,7 @@ def remaining() -> float | None:
 
 
 def _tick(signum: int, frame: Any) -> None:
-    started, seconds = _state.started, _state.limit
+    started, seconds = _evaluation.started, _state.limit  # the main thread's
     if started and seconds is not None and time.monotonic() - started > seconds:
         raise ItemTimeout(timeout_message("the expression"))
 
