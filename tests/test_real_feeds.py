@@ -2,7 +2,9 @@
 published format.
 
 * rbc.ru lists related stories as ``<link>`` elements nested in its items
-  (``tests/data/feeds/rbc_related_links.xml``): each item keeps its own link.
+  (``tests/data/feeds/rbc_related_links.xml``, and ``rbc_github49.xml``: the first four
+  items of the real capture in the rss-parser project's ``samples/rss/github-49``):
+  each item keeps its own link.
 * Titles that look like markup are text in RSS (escaped or in CDATA), an Atom
   ``type="html"`` title is the text it shows (``rss20_markup_titles.xml``,
   ``atom10_html_titles.xml``), in RSS, Atom, JSON Feed and the HTML page alike.
@@ -96,6 +98,20 @@ def test_each_item_keeps_its_own_link_not_a_related_one() -> None:
     assert links == own
     rss = etree.fromstring(render_rss(FEED, stored(items)))
     assert [i.findtext("link") for i in rss.iter("item")] == own[::-1]
+
+
+def test_the_real_rbc_capture_keeps_every_items_own_link() -> None:
+    """The real capture (rss-parser's ``samples/rss/github-49``, its first four items):
+    ``<link url=...>`` related stories nested in ``rbc_news:related_links``."""
+    body = (FEEDS / "rbc_github49.xml").read_bytes()
+    own = [item.findtext("link") for item in ET.fromstring(body).iter("item")]
+    assert len(own) == 4 and all(own)
+    fp_links = [e.get("link") for e in feedparser.parse(body).entries]
+    assert fp_links != own  # feedparser alone takes a related story's link
+    items = items_of("rbc_github49.xml", "https://rssexport.rbc.ru/rbcnews/news/30/full.rss")
+    assert [etree.fromstring(xml).findtext("link") for xml in items] == own
+    titles = [etree.fromstring(xml).findtext("title") for xml in items]
+    assert titles[0] == "Чешский футболист пропустит Евро из-за падения с велосипеда"
 
 
 def link(href: str, rel: str = "alternate", kind: str = "text/html") -> dict[str, str]:
