@@ -68,7 +68,9 @@ def test_every_response_says_nosniff(env: Env) -> None:
     paths = ["/", "/feeds.opml", "/healthz", "/nothing", "/feeds/nope.rss"]
     paths += [f"/feeds/news.{fmt}" for fmt in FORMATS]
     for path in paths:
-        assert env.get(path).headers["x-content-type-options"] == "nosniff", path
+        headers = env.get(path).headers
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["x-frame-options"] == "DENY", path  # no site frames any answer
     etag = env.get("/feeds/news.rss").headers["etag"]
     unchanged = env.get("/feeds/news.rss", **{"If-None-Match": etag})
     assert unchanged.status_code == 304

@@ -8,6 +8,8 @@
   before the ``<meta>`` and cannot be cut off with the markup, plus ``frame-ancestors
   'none'``, which only a header can say: no other site frames ROSES's pages.  A response
   with a policy of its own (``/sources.html``) keeps it.
+* ``X-Frame-Options: DENY`` on every response: the same frame policy for browsers that
+  read no ``frame-ancestors``, and for what is not a page.
 
 :class:`HeadersApp` is the Starlette application with this middleware outermost, so
 that even the answer to an unexpected error has the headers.
@@ -39,6 +41,7 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 headers["X-Content-Type-Options"] = "nosniff"
+                headers.setdefault("X-Frame-Options", "DENY")  # for browsers without CSP 2
                 html = headers.get("content-type", "").startswith("text/html")
                 if html and "content-security-policy" not in headers:
                     headers["Content-Security-Policy"] = PAGE_CSP
