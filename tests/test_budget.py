@@ -272,7 +272,7 @@ def test_the_python_daemon_limits_the_data_memory_of_its_workers() -> None:
     assert "ROSES_WORKER_MEMORY='lots' is no number of bytes" in done.stderr
 
 
-def _feed(path: Path, titles: list[str]) -> None:
+def feed(path: Path, titles: list[str]) -> None:
     path.write_text(
         "<rss version='2.0'><channel><title>t</title><link>http://example.org/</link>"
         + "".join(
@@ -293,8 +293,8 @@ def test_stalling_and_hungry_expressions_leave_the_other_streams_alone(
     from roses_app.config import load_config
     from roses_app.daemon import Daemon
 
-    _feed(tmp_path / "hostile.xml", ["a" * 60 + "!", "bad", "a" * 40, "ok"])
-    _feed(tmp_path / "calm.xml", ["calm news"])
+    feed(tmp_path / "hostile.xml", ["a" * 60 + "!", "bad", "a" * 40, "ok"])
+    feed(tmp_path / "calm.xml", ["calm news"])
     (tmp_path / "spin.xq").write_text(SPIN)
     filters = {name.replace(" ", "-"): expr for name, (expr, _, _) in STALLING.items()}
     filters["hungry"] = f"if (title = 'ok') then true() else ({HUNGRY})"

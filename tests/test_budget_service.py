@@ -6,11 +6,9 @@ evaluation in progress, without a py4j traceback or Spark's StackOverflowError
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,8 @@ import httpx
 import pytest
 import yaml
 from lxml import etree
-from test_budget import HUNGRY, SPIN, STALLING
+from test_budget import HUNGRY, SPIN, STALLING, feed
+from test_e2e import free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -30,34 +29,6 @@ PUBLISHED_S = 60  # from healthy to the unrelated stream's item: batches of a fe
 # stop took 61 s and ended in a traceback.
 STOP_S = 45
 ABANDON_STOP_S = 45
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-
-
-def feed(path: Path, titles: list[str]) -> None:
-    path.write_text(
-        "<rss version='2.0'><channel><title>t</title><link>http://example.org/</link>"
-        + "".join(
-            f"<item><title>{t}</title><guid isPermaLink='false'>g{k}</guid></item>"
-            for k, t in enumerate(titles)
-        )
-        + "</channel></rss>"
-    )
 
 
 class Roses:
