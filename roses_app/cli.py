@@ -96,7 +96,21 @@ def cmd_console_password(args: argparse.Namespace) -> int:
         print("roses: a console password needs at least 8 characters", file=sys.stderr)
         return EXIT_FAILED
     print(hash_password(password))
+    if args.config is not None:
+        _end_console_sessions(_load(args.config).settings.data_dir)
     return EXIT_OK
+
+
+def _end_console_sessions(data_dir: Path) -> None:
+    """Log out every session of the console over ``data_dir`` (a running daemon
+    refuses their cookies at once)."""
+    from roses_app.publish.console.revoke import Revocations
+
+    if not data_dir.is_dir():  # no daemon ran there: no session to end
+        return
+    generation = Revocations.of(data_dir).end_all()
+    print(f"roses: every console session over {data_dir} ended (generation {generation})",
+          file=sys.stderr)  # fmt: skip
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -249,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_argument(
         "--stdin", action="store_true", help="read the password from standard input's first line"
     )
+    console.add_argument(
+        "-c", "--config",
+        help="also log out every console session of this feeds.yaml's daemon (a new "
+        "password should end the old one's sessions)",
+    )  # fmt: skip
     console.set_defaults(func=cmd_console_password)
     return parser
 

@@ -8,8 +8,9 @@ as at a restart (:func:`roses_app.spark.layout.plan_layout`), unchanged streams 
 their published items and their position, new and changed ones are computed over the
 spool read so far, and a removed stream's published items are forgotten.  What needs
 a restart (where the data is, the HTTP server, Spark's master and conf, the fetcher,
-WebSub's, the console's and the limits' settings) is logged and not applied: ROSES
-goes on with the running values.  This module works out the differences
+WebSub's, the console's but its password and the limits' settings) is logged and not
+applied: ROSES goes on with the running values.  A new console password applies at
+once, and ends every session of the old one.  This module works out the differences
 (:func:`differences`) and watches the files (:class:`ConfigWatcher`).
 """
 
@@ -131,12 +132,23 @@ def needs_restart(old: Settings, new: Settings) -> list[str]:
     """The settings that changed and that a running daemon cannot take (Spark's but
     its trigger)."""
     changed = [
-        name for name in RESTART_SETTINGS if getattr(old, name, None) != getattr(new, name, None)
+        name
+        for name in RESTART_SETTINGS
+        if getattr(old, name, None) != getattr(new, name, None)
+        and not (name == "console" and _password_only(old, new))
     ]
     trigger = new.spark.trigger_seconds
     if replace(old.spark, trigger_seconds=trigger) != new.spark:
         changed.append("spark")
     return changed
+
+
+def _password_only(old: Settings, new: Settings) -> bool:
+    """Whether the console's settings differ in their password hash alone (the
+    console reads it at each login: a new password needs no restart)."""
+    if old.console is None or new.console is None:
+        return False
+    return replace(old.console, password_hash=new.console.password_hash) == new.console
 
 
 def _kept(old: Settings, new: Settings, restart: Iterable[str]) -> Settings:

@@ -236,3 +236,111 @@ def test_a_new_password_ends_sessions(tmp_path: Path):
     env2 = make_env(tmp_path / "o", other)
     env2.client.cookies.set("roses_console", cookie, path="/console/")
     assert env2.client.get("/console/", follow_redirects=False).status_code == 303
+
+
+def test_a_logged_out_cookie_replayed_is_refused(tmp_path: Path):
+    env = make_env(tmp_path, write_config(tmp_path))
+    login(env.client)
+    cookie = env.client.cookies.get("roses_console")
+    assert cookie is not None
+    # another browser, still logged in
+    other = TestClient(env.client.app, base_url=ORIGIN, client=("127.0.0.1", 50001))
+    login(other)
+    csrf = csrf_of(env.client.get("/console/").text)
+    assert post_form(env.client, "/console/logout", {"csrf": csrf}).status_code == 303
+    env.client.cookies.set("roses_console", cookie, path="/console/")  # a copy kept
+    replayed = env.client.get("/console/sources", follow_redirects=False)
+    assert replayed.status_code == 303 and replayed.headers["location"] == "/console/login"
+    assert post_form(env.client, "/console/logout", {"csrf": csrf}).status_code == 403
+    assert other.get("/console/sources").status_code == 200  # that one only
+    # the list survives a restart (it is with the daemon's state, not in memory)
+    again = make_env(tmp_path, write_config(tmp_path))
+    again.client.cookies.set("roses_console", cookie, path="/console/")
+    assert again.client.get("/console/", follow_redirects=False).status_code == 303
+    audit = [json.loads(x)["action"] for x in env.deps.audit_path.read_text().splitlines()]
+    assert audit == ["login", "login", "logout"]
+
+
+@pytest.mark.parametrize(
+    "fields, headers",
+    [({}, {}), ({"csrf": "x" * 43}, {}), ({"csrf": "good"}, {"Origin": "https://e.example"})],
+)
+def test_logout_needs_the_csrf_token_and_this_site(tmp_path: Path, fields, headers):
+    """A cross-site page cannot log the console out (nor out everywhere)."""
+    env = make_env(tmp_path, write_config(tmp_path))
+    login(env.client)
+    csrf = csrf_of(env.client.get("/console/").text)
+    sent = {k: csrf if v == "good" else v for k, v in fields.items()}
+    for extra in ({}, {"everywhere": "1"}):
+        answer = post_form(env.client, "/console/logout", {**sent, **extra}, **headers)
+        assert answer.status_code == 403
+    assert env.client.get("/console/sources").status_code == 200  # still logged in
+    assert (
+        not (env.deps.data_dir / "console_sessions.json").exists()
+        or json.loads((env.deps.data_dir / "console_sessions.json").read_text())["ended"] == {}
+    )
+
+
+def test_log_out_everywhere(tmp_path: Path):
+    env = make_env(tmp_path, write_config(tmp_path))
+    login(env.client)
+    other = TestClient(env.client.app, base_url=ORIGIN, client=("127.0.0.1", 50001))
+    login(other)
+    page = env.client.get("/console/")
+    assert 'id="logout-everywhere"' in page.text
+    out = post_form(env.client, "/console/logout", {"csrf": csrf_of(page.text), "everywhere": "1"})
+    assert out.status_code == 303
+    for client in (env.client, other):
+        assert client.get("/console/", follow_redirects=False).status_code == 303
+    assert login(other).status_code == 303  # a new login works
+    assert other.get("/console/sources").status_code == 200
+    audit = [json.loads(x) for x in env.deps.audit_path.read_text().splitlines()]
+    assert audit[-2]["action"] == "logout everywhere" and audit[-2]["generation"] == 1
+    path = env.deps.data_dir / "console_sessions.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_console_password_with_a_config_ends_every_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """`roses console-password -c feeds.yaml` while the daemon runs: its sessions end at
+    once (the daemon reads the file again when it changes)."""
+    env = make_env(tmp_path, write_config(tmp_path))
+    login(env.client)
+    assert env.client.get("/console/sources").status_code == 200
+    monkeypatch.chdir(tmp_path)  # (data_dir is relative to feeds.yaml's folder)
+    monkeypatch.setattr("sys.stdin", io.StringIO("a new long password\n"))
+    assert main(["console-password", "--stdin", "-c", str(env.config.path)]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("scrypt$") and "ended (generation 1)" in printed.err
+    refused = env.client.get("/console/sources", follow_redirects=False)
+    assert refused.status_code == 303
+
+
+def test_a_password_changed_by_a_reload_ends_sessions_at_once(tmp_path: Path):
+    from roses_app.daemon_reload import differences
+
+    config = write_config(tmp_path)
+    env = make_env(tmp_path, config)
+    login(env.client)
+    cookie = env.client.cookies.get("roses_console")
+    new_hash = hash_password("another password", n=16)
+    text = config.path.read_text().replace(HASH, new_hash)
+    found = differences(config, parse_config(text, config.path), "test")
+    assert found.result.needs_restart == ()  # a new password needs no restart
+    assert found.config.settings.console is not None
+    assert found.config.settings.console.password_hash == new_hash
+    env.current[0] = found.config  # what the daemon's reload does
+    env.client.cookies.set("roses_console", cookie, path="/console/")
+    assert env.client.get("/console/", follow_redirects=False).status_code == 303
+    assert login(env.client).status_code == 401  # the old password is refused
+    assert login(env.client, "another password").status_code == 303
+    # back to the old password: the sessions of before stay ended (a new generation)
+    env.current[0] = config
+    env.client.cookies.set("roses_console", cookie, path="/console/")
+    assert env.client.get("/console/", follow_redirects=False).status_code == 303
+    # anything else in settings.console still needs a restart
+    other = text.replace(f"password_hash: '{new_hash}'", f"password_hash: '{HASH}', user: ops")
+    assert differences(config, parse_config(other, config.path), "t").result.needs_restart == (
+        "settings.console",
+    )

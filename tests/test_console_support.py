@@ -138,6 +138,7 @@ class Env:
     client: TestClient
     store: Store
     history: PollHistory
+    current: list[Config]  # what deps.config() returns: [0] (a test's reload swaps it)
 
 
 LIVE = Live(lambda name: NOW + 300.0, {"guardian": Interval(600.0, "every: 10m")}, lambda n: 0.2)
@@ -168,9 +169,10 @@ def make_env(tmp_path: Path, config: Config, *, client: str = "127.0.0.1") -> En
         Event("bigpicture", int(NOW * 1e6), 2, "<item><title>Pictures</title></item>"),
     ])  # fmt: skip
     engine = FakeEngine()
+    current = [config]
     deps = ConsoleDeps(
         settings=_console(config),
-        config=lambda: config,
+        config=lambda: current[0],
         data_dir=data,
         store=store,
         sources=Snapshot(lambda: rows_of(states, feeds, LIVE), max_age=0.0),
@@ -186,7 +188,7 @@ def make_env(tmp_path: Path, config: Config, *, client: str = "127.0.0.1") -> En
     )
     app = create_app(config, store, lambda: {"ok": True}, console=deps)
     test_client = TestClient(app, base_url=ORIGIN, client=(client, 50000))
-    return Env(config, deps, engine, test_client, store, history)
+    return Env(config, deps, engine, test_client, store, history, current)
 
 
 def _console(config: Config) -> Any:

@@ -6,10 +6,11 @@
   ``base_url``'s host), so that a web page whose name an attacker points at
   127.0.0.1 (DNS rebinding) reaches no console.
 * **Sessions**: a login gives a cookie signed with a key kept in
-  ``DATA_DIR/console_secret.key`` (made once, mode 0600): the user, a CSRF token and a
-  tag of the password hash (a new password ends every session), valid for
-  ``settings.console.session``.  HttpOnly, SameSite=Strict, Path=/console/, Secure
-  when ``base_url`` is https.
+  ``DATA_DIR/console_secret.key`` (made once, mode 0600): the user, a CSRF token, the
+  session's id and generation and a tag of the password hash (a new password ends
+  every session), valid for ``settings.console.session`` unless ended before
+  (:mod:`.revoke`: log out, log out everywhere).  HttpOnly, SameSite=Strict,
+  Path=/console/, Secure when ``base_url`` is https.
 * **Changes**: every POST carries the session's CSRF token (a form's ``csrf`` field or
   the ``X-CSRF-Token`` header, compared in constant time) and comes from this site
   (``Origin``, else ``Referer``).
@@ -24,6 +25,8 @@ import logging
 import os
 import secrets
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,6 +37,7 @@ from starlette.requests import Request
 from roses_app.config.fields import on_this_machine
 from roses_app.config.model import ConsoleSettings, HttpSettings
 from roses_app.errors import RosesError
+from roses_app.publish.console.revoke import RevocationError, Revocations
 
 log = logging.getLogger(__name__)
 
@@ -86,39 +90,86 @@ def _existing_key(path: Path) -> bytes:
 class Session:
     user: str
     csrf: str
+    ident: str = ""  # what logging out ends (:mod:`.revoke`)
+    expires: float = 0.0  # when the cookie expires by itself (epoch seconds)
+
+
+def password_tag(password_hash: str) -> str:
+    """What a cookie keeps of the password hash: enough to tell a new one."""
+    return hashlib.sha256(password_hash.encode()).hexdigest()[:16]
 
 
 class Sessions:
-    """Signed session cookies (see the module docstring)."""
+    """Signed session cookies (see the module docstring); ``password_hash()``: the
+    console's hash now (a reload may change it), ``revoked``: the sessions ended."""
 
-    def __init__(self, key: bytes, settings: ConsoleSettings, secure: bool) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        settings: ConsoleSettings,
+        secure: bool,
+        revoked: Revocations,
+        password_hash: Callable[[], str] | None = None,
+    ) -> None:
         self._signer = URLSafeTimedSerializer(key, salt="roses-console-session")
         self.settings = settings
         self.secure = secure
-        self._tag = hashlib.sha256(settings.password_hash.encode()).hexdigest()[:16]
+        self.revoked = revoked
+        self._password_hash = password_hash or (lambda: settings.password_hash)
+
+    def _tag(self) -> tuple[str, int]:
+        """The password's tag now and the generation of sessions (a new password
+        ends those of the old one, even across restarts)."""
+        tag = password_tag(self._password_hash())
+        return tag, self.revoked.password_seen(tag)
 
     def new(self, user: str) -> tuple[Session, str]:
         """A new session and its cookie value."""
-        session = Session(user, secrets.token_urlsafe(32))
-        value = self._signer.dumps({"u": user, "c": session.csrf, "h": self._tag})
+        tag, generation = self._tag()
+        ident = secrets.token_urlsafe(16)
+        session = Session(user, secrets.token_urlsafe(32), ident,
+                          time.time() + self.settings.session_seconds)  # fmt: skip
+        value = self._signer.dumps(
+            {"u": user, "c": session.csrf, "h": tag, "s": ident, "g": generation}
+        )
         return session, value
 
     def read(self, request: Request) -> Session | None:
-        """The request's session; None when it has none, or a forged, expired or
-        outdated one."""
+        """The request's session; None when it has none, or a forged, expired, ended
+        or outdated one."""
         value = request.cookies.get(COOKIE)
         if not value:
             return None
         try:
-            data = self._signer.loads(value, max_age=int(self.settings.session_seconds))
+            data, signed = self._signer.loads(
+                value, max_age=int(self.settings.session_seconds), return_timestamp=True
+            )
         except BadSignature:  # (SignatureExpired is one)
             return None
-        if not isinstance(data, dict) or data.get("h") != self._tag:
+        if not isinstance(data, dict):
             return None
-        user, csrf = data.get("u"), data.get("c")
-        if not isinstance(user, str) or not isinstance(csrf, str):
+        user, csrf, ident = data.get("u"), data.get("c"), data.get("s")
+        if not all(isinstance(x, str) for x in (user, csrf, ident)):
             return None
-        return Session(user, csrf)
+        try:
+            tag, generation = self._tag()
+            if data.get("h") != tag or data.get("g") != generation:
+                return None
+            if self.revoked.is_ended(str(ident)):
+                return None
+        except RevocationError as exc:  # the safe answer: no session
+            log.error("console: %s", exc)
+            return None
+        expires = signed.timestamp() + self.settings.session_seconds
+        return Session(str(user), str(csrf), str(ident), expires)
+
+    def end(self, session: Session) -> None:
+        """Log ``session`` out: its cookie is refused from now on."""
+        self.revoked.end(session.ident, session.expires)
+
+    def end_all(self) -> int:
+        """Log every session out (this one too); the new generation."""
+        return self.revoked.end_all()
 
     def cookie(self, value: str) -> dict[str, object]:
         """``Response.set_cookie`` arguments of a session cookie."""

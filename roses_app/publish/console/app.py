@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 
-from roses_app.config.console import parse_password_hash, verify_password
+from roses_app.config.console import PasswordHash, parse_password_hash, verify_password
 from roses_app.errors import RosesError
 from roses_app.publish.console import access
 from roses_app.publish.console.access import Session, Sessions
@@ -35,6 +35,7 @@ from roses_app.publish.console.editor import (
 from roses_app.publish.console.guard import Audit, LoginLimiter
 from roses_app.publish.console.layout import HEADERS, esc, notice, page
 from roses_app.publish.console.plansvg import streams_by_source
+from roses_app.publish.console.revoke import RevocationError, Revocations
 from roses_app.publish.console.sourcepages import source_body, sources_body
 from roses_app.publish.console.streampages import stream_body, streams_body
 
@@ -76,16 +77,30 @@ class Console:
     def __init__(self, deps: ConsoleDeps) -> None:
         self.deps = deps
         self.settings = deps.settings
-        self.password = parse_password_hash(deps.settings.password_hash)
+        written = deps.settings.password_hash
+        self._password = (written, parse_password_hash(written))
         base = deps.config().settings.http.base_url or ""
         key = access.signing_key(deps.key_path)
-        self.sessions = Sessions(key, deps.settings, secure=base.lower().startswith("https:"))
+        self.sessions = Sessions(key, deps.settings, base.lower().startswith("https:"),
+                                 Revocations.of(deps.data_dir), self.password_hash)  # fmt: skip
         self.limiter = LoginLimiter()
         self.audit = Audit(deps.audit_path)
         self.hashing = anyio.CapacityLimiter(2)  # scrypt: 32 MB and 0.1 s each
         self.previews = anyio.CapacityLimiter(1)
         self.changes = anyio.CapacityLimiter(1)  # one edit of feeds.yaml at a time
         self.static = {name: (STATIC / name).read_bytes() for name in STATIC_TYPES}
+
+    def password_hash(self) -> str:
+        """The console's password hash now: a reload takes a new one at once (and
+        every session of the old one ends)."""
+        console = self.deps.config().settings.console
+        return (console or self.settings).password_hash
+
+    def password(self) -> PasswordHash:
+        text = self.password_hash()
+        if text != self._password[0]:
+            self._password = (text, parse_password_hash(text))  # (checked by the config)
+        return self._password[1]
 
     # -- the rules every request meets ---------------------------------------------------
 
@@ -150,7 +165,7 @@ class Console:
             return _login_page("Too many failed logins: wait and try again.", 429,
                                {"Retry-After": str(int(wait) + 1)})  # fmt: skip
         password = str(request.state.fields.get("password", ""))[:1024]
-        ok = await anyio.to_thread.run_sync(verify_password, password, self.password,
+        ok = await anyio.to_thread.run_sync(verify_password, password, self.password(),
                                             limiter=self.hashing)  # fmt: skip
         user = self.settings.user
         if not ok:
@@ -158,14 +173,26 @@ class Console:
             self.audit.record(user, address, "login refused", failures=failures)
             return _login_page("Wrong password.", 401)
         self.limiter.succeeded(address)
+        try:
+            _, value = self.sessions.new(user)
+        except RevocationError as exc:
+            log.error("console: %s", exc)
+            return _login_page(f"No session can be made: {exc}", 500)
         self.audit.record(user, address, "login")
-        _, value = self.sessions.new(user)
         response = RedirectResponse("/console/", status_code=303, headers=HEADERS)
         response.set_cookie(**self.sessions.cookie(value))  # type: ignore[arg-type]
         return response
 
     async def logout(self, request: Request, session: Session) -> Response:
-        self.audit.record(session.user, access.client_address(request), "logout")
+        """End this session (its cookie, replayed, is refused), or with the field
+        ``everywhere`` every session made so far."""
+        address = access.client_address(request)
+        if request.state.fields.get("everywhere"):
+            generation = await anyio.to_thread.run_sync(self.sessions.end_all)
+            self.audit.record(session.user, address, "logout everywhere", generation=generation)
+        else:
+            await anyio.to_thread.run_sync(self.sessions.end, session)
+            self.audit.record(session.user, address, "logout")
         response = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
         response.delete_cookie(access.COOKIE, path=access.COOKIE_PATH, httponly=True,
                                samesite="strict", secure=self.sessions.secure)  # fmt: skip
@@ -184,10 +211,10 @@ class Console:
     # -- pages ---------------------------------------------------------------------------
 
     async def overview(self, request: Request, session: Session) -> Response:
-        body = await anyio.to_thread.run_sync(self._overview)
+        body = await anyio.to_thread.run_sync(self._overview, session.csrf)
         return page("Overview", body, csrf=session.csrf)
 
-    def _overview(self) -> list[str]:
+    def _overview(self, csrf: str) -> list[str]:
         config = self.deps.config()
         queries = self.deps.queries()
         published = sum(1 for s in config.streams.values() if s.published)
@@ -206,6 +233,12 @@ class Console:
             f"{len(queries):,} streams</dd>",
             "</dl>",
             '<p><a href="/console/editor" id="new-stream">Write a new stream</a></p>',
+            '<form method="post" action="/console/logout" class="everywhere">'
+            f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
+            '<input type="hidden" name="everywhere" value="1">'
+            '<button type="submit" id="logout-everywhere">Log out everywhere</button> '
+            '<span class="meta">ends every session of the console, on every browser '
+            "(this one too)</span></form>",
         ]
 
     async def _listing(
