@@ -118,7 +118,8 @@ def _websub(stats: dict[str, int]) -> Iterator[Metric]:
     events = {k: v for k, v in stats.items() if k not in WEBSUB_GAUGES}
     yield _counter(
         "roses_websub_events",
-        "WebSub hub events: requests (refused, busy: answered 503), verifications "
+        "WebSub hub events: requests (refused, busy: answered 503, capped_topic and "
+        "capped_callback_host: new subscriptions past a cap, answered 403), verifications "
         "(verified, unverified), deliveries (delivered, retries, failed: dropped after "
         "the last attempt), callbacks_refused (non-public addresses), pings, errors",
         "event",

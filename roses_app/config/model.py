@@ -66,7 +66,10 @@ class WebSubSettings:
     at most ``concurrency`` verifications, and as many deliveries, are in flight, at
     most ``per_host`` of each to one host; at most ``verify_queue`` subscription
     requests wait for their verification (a tenth of them for one host, at least
-    ``per_host``): more are answered 503 with Retry-After."""
+    ``per_host``): more are answered 503 with Retry-After.  One feed (its topics in all
+    formats) takes at most ``max_subscriptions_per_topic`` live subscriptions, the
+    callbacks of one host at most ``max_subscriptions_per_callback_host``: new ones past
+    a cap are answered 403 (a renewal keeps its place)."""
 
     external_hub: str | None = None
     lease_seconds: float = 10 * 86400.0
@@ -75,6 +78,8 @@ class WebSubSettings:
     concurrency: int = 50
     per_host: int = 4
     verify_queue: int = 1000
+    max_subscriptions_per_topic: int = 100_000
+    max_subscriptions_per_callback_host: int = 1_000
 
 
 @dataclass(frozen=True)

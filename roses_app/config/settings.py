@@ -194,6 +194,8 @@ WEBSUB_KEYS = (
     "concurrency",
     "per_host",
     "verify_queue",
+    "max_subscriptions_per_topic",
+    "max_subscriptions_per_callback_host",
 )
 
 
@@ -206,6 +208,14 @@ def _websub(problems: Problems, w: Section, d: WebSubSettings) -> WebSubSettings
         concurrency=w.integer("concurrency", d.concurrency, minimum=1, maximum=10_000),
         per_host=w.integer("per_host", d.per_host, minimum=1, maximum=1_000),
         verify_queue=w.integer("verify_queue", d.verify_queue, minimum=1, maximum=1_000_000),
+        max_subscriptions_per_topic=w.integer(
+            "max_subscriptions_per_topic", d.max_subscriptions_per_topic, minimum=1
+        ),
+        max_subscriptions_per_callback_host=w.integer(
+            "max_subscriptions_per_callback_host",
+            d.max_subscriptions_per_callback_host,
+            minimum=1,
+        ),
     )
 
 

@@ -11,6 +11,11 @@ else is refused with 400, as is a callback on a non-public address (see
 :mod:`~roses_app.publish.websub_client`).  A lease ends unless the subscriber
 subscribes again.
 
+New subscriptions are capped per topic (a feed, in all its formats) and per callback
+host: past ``settings.websub.max_subscriptions_per_topic`` or
+``max_subscriptions_per_callback_host`` a request is answered 403 and its callback is
+never called (see :meth:`Hub._capped`).
+
 Verification is bounded: at most ``settings.websub.verify_queue`` requests wait for
 it (fewer for one host), more are answered 503 with ``Retry-After``; at most
 ``concurrency`` are in flight (``per_host`` to one host), each call within
@@ -29,7 +34,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -60,12 +65,15 @@ from roses_app.publish.websub_intent import (
 )
 from roses_app.publish.websub_table import (
     HUB_PATH,
+    Capped,
+    Caps,
     Subscription,
     SubscriptionTable,
     hub_urls,
     sign,
     signature_ok,
 )
+from roses_app.publish.websub_work import HubWork
 from roses_app.store import Store
 
 log = logging.getLogger(__name__)
@@ -86,7 +94,7 @@ IO_THREADS = 8  # the loop's threads for SQLite and name resolution
 CLOSE_SECONDS = 3.0  # to close the clients' connections when stopping
 
 
-class Hub:
+class Hub(HubWork):
     """ROSES's WebSub hub over ``store``, its subscriptions kept at ``path``.
 
     ``create_app(..., hub=hub)`` serves :data:`HUB_PATH` and hands the hub the feed
@@ -104,6 +112,7 @@ class Hub:
         retry_delay: float = 2.0,
         max_attempts: int = 5,
     ) -> None:
+        super().__init__()
         self._config = config_getter(config)  # its feeds: a reload replaces them
         self.settings = self.config.settings.websub  # (a change needs a restart)
         self.store = store
@@ -113,22 +122,19 @@ class Hub:
         self.clock = clock
         self.deadline = self.settings.timeout_seconds
         self.host_queue = max(self.settings.per_host, self.settings.verify_queue // 10)
-        self.counters = dict.fromkeys(
+        self.counters |= dict.fromkeys(
             ("requests", "refused", "busy", "verified", "unverified", "delivered", "retries"),
             0,
-        ) | dict.fromkeys(("failed", "callbacks_refused", "pings", "pings_failed", "errors"), 0)
+        ) | dict.fromkeys(("failed", "callbacks_refused", "pings", "pings_failed"), 0)
+        self.counters |= {"capped_topic": 0, "capped_callback_host": 0}
+        self.caps = Caps(
+            self.settings.max_subscriptions_per_topic,
+            self.settings.max_subscriptions_per_callback_host,
+        )
         self.deliveries = Deliveries(self, retry_delay=retry_delay, max_attempts=max_attempts)
         self._base: str | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        # Counted under _idle: work not over (drain), and subscription requests whose
-        # verification is not over, in all and per callback host (the 503 bounds).
-        self._idle = threading.Condition()
-        self._pending = 0
-        self._waiting = 0
-        self._waiting_at: dict[str, int] = {}
 
     @property
     def config(self) -> Config:
@@ -225,60 +231,6 @@ class Hub:
         self._thread = self._loop = self._stopping = None
         self.table.close()
 
-    def drain(self, timeout: float = 30.0) -> bool:
-        """Wait until no verification, delivery or ping is pending; False on timeout."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def submit(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` on the hub's loop (from any thread), counted until it is over."""
-        with self._idle:
-            self._pending += 1
-        if not self._hand_over(self._tracked(work)):
-            work.close()
-            self._done()
-
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Like :meth:`submit`, from the hub's loop."""
-        with self._idle:
-            self._pending += 1
-        self._start(self._tracked(work))
-
-    def _hand_over(self, work: Coroutine[Any, Any, None]) -> bool:
-        loop = self._loop
-        try:
-            if loop is not None:
-                loop.call_soon_threadsafe(self._start, work)
-                return True
-        except RuntimeError:  # the loop closed meanwhile
-            log.debug("WebSub: the hub stopped; work not handed over")
-        work.close()  # nothing will run it
-        return False
-
-    def _start(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)  # the loop keeps only a weak reference to its tasks
-        task.add_done_callback(self._tasks.discard)
-
-    async def _tracked(self, work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except Exception:  # one task's failure (logged, counted), never the hub's
-            self.counters["errors"] += 1
-            log.exception("WebSub task failed")
-        finally:
-            self._done()
-
-    def _done(self, host: str | None = None) -> None:
-        with self._idle:
-            self._pending -= 1
-            if host is not None:
-                self._waiting -= 1
-                left = self._waiting_at.pop(host) - 1
-                if left:
-                    self._waiting_at[host] = left
-            self._idle.notify_all()
-
     def stats(self) -> dict[str, int]:
         """Counters since start, what waits, and the subscriptions (for /healthz)."""
         with self._idle:
@@ -332,6 +284,16 @@ class Hub:
             intent = await anyio.to_thread.run_sync(self.topics.intent, form, base)
             if not self.settings.allow_private_callbacks:
                 await check_callback(intent.callback, self.deadline)
+            capped = await anyio.to_thread.run_sync(self._capped, intent)
+            if capped is not None:
+                # 403, not 429: WebSub (5.1.2) lets a hub refuse a request with any 4xx
+                # and says no more; 429 asks to retry later, after Retry-After, which
+                # brings nothing while the places are taken (for leases of days). The
+                # spec's denial (5.2, a GET with hub.mode=denied) is not sent: calling
+                # the callback is what the cap spares.
+                return PlainTextResponse(
+                    capped.message(self.caps, intent.topic, intent.callback) + "\n", 403
+                )
             queued = self._hand_over(self._verification(intent, host))
         except HubRequestError as exc:
             self.counters["refused"] += 1
@@ -371,7 +333,25 @@ class Hub:
         finally:
             self._done(host)
 
+    def _capped(self, intent: Intent) -> Capped | None:
+        """The cap a new subscription of ``intent`` would pass (counted, logged)."""
+        if intent.mode != "subscribe":
+            return None
+        capped = self.table.over_cap(self._subscription(intent), self.caps, self.clock())
+        self._count_capped(intent, capped)
+        return capped
+
+    def _count_capped(self, intent: Intent, capped: Capped | None) -> None:
+        if capped is not None:
+            self.counters[f"capped_{capped.which}"] += 1
+            log.info("WebSub subscription of %s to %s refused: %s is reached",
+                     intent.callback, intent.topic, capped.setting)  # fmt: skip
+
     async def _verify(self, intent: Intent) -> None:
+        # places may have been taken since the request was answered: checked again
+        # before calling the callback, and when recorded (in one transaction)
+        if await asyncio.to_thread(self._capped, intent) is not None:
+            return
         challenge = secrets.token_urlsafe(24)
         params = {"hub.mode": intent.mode, "hub.topic": intent.topic, "hub.challenge": challenge}
         if intent.mode == "subscribe":
@@ -390,7 +370,11 @@ class Hub:
             await asyncio.to_thread(self.table.remove, intent.topic, intent.callback)
             self.deliveries.forget(intent.topic, intent.callback)
         else:
-            await asyncio.to_thread(self.table.upsert, self._subscription(intent))
+            sub = self._subscription(intent)
+            capped = await asyncio.to_thread(self.table.upsert, sub, self.caps)
+            self._count_capped(intent, capped)
+            if capped is not None:
+                return
         log.info("WebSub %s verified: %s -> %s", intent.mode, intent.topic, intent.callback)
 
     def _subscription(self, intent: Intent) -> Subscription:

@@ -33,6 +33,10 @@ import httpcore
 import httpx
 
 from roses_app.publish.websub_intent import HubRequestError
+from roses_app.publish.websub_table import host_of
+
+__all__ = ["Answer", "CallbackRefused", "Slots", "callback_client", "check_callback",
+           "exchange", "host_of", "refusal"]  # fmt: skip
 
 USER_AGENT = "ROSES-WebSub/0.1"
 MAX_ANSWER_BYTES = 4096  # of a callback's answer: a challenge is far shorter
@@ -214,11 +218,6 @@ async def exchange(
         return Answer(None, error=f"{type(exc).__name__}: {exc}", refused=refused)
     except httpx.InvalidURL as exc:
         return Answer(None, error=f"invalid URL: {exc}", refused=True)
-
-
-def host_of(url: str) -> str:
-    """The host whose calls :class:`Slots` counts together."""
-    return (urlsplit(url).hostname or "").lower()
 
 
 class Slots:
