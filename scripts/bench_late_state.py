@@ -33,9 +33,9 @@ import orjson
 from benchlib import argument_parser
 
 from roses_app.algebra.lateness import LateWindows
-from roses_app.algebra.panes import Arrival, Entry, plain_entries
+from roses_app.algebra.panes import Arrival, plain_entries
 from roses_app.algebra.plan import Report, TimeWindow
-from roses_app.algebra.slices import ChunkId, MemorySlices
+from roses_app.algebra.slices import ChunkId, Entry, MemorySlices
 
 S = 1_000_000  # µs
 DAY = 86_400 * S

@@ -26,9 +26,8 @@ from roses_app.algebra.lateness import (
     Settled,
     arrival_groups,
 )
-from roses_app.algebra.panes import Entry
 from roses_app.algebra.plan import CountWindow, Report, SessionWindow, TimeWindow
-from roses_app.algebra.slices import ChunkId, MemorySlices
+from roses_app.algebra.slices import ChunkId, Entry, MemorySlices
 from roses_app.algebra.windows import refresh_bounds, refreshes_holding
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -8,8 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.panes import Entry
-from roses_app.algebra.slices import MAX_CHUNKS, MemorySlices, Slices
+from roses_app.algebra.slices import MAX_CHUNKS, Entry, MemorySlices, Slices
 
 KEYS = st.sampled_from([None, "a", "b"])
 ADD = st.tuples(st.just("add"), KEYS, st.integers(0, 20))

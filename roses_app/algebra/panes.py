@@ -9,24 +9,13 @@ from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import TYPE_CHECKING, NamedTuple
 
 from roses_app.algebra.plan import CountWindow, SessionWindow
+from roses_app.algebra.slices import Entry, Slices
 from roses_app.algebra.windows import count_window
-
-if TYPE_CHECKING:
-    from roses_app.algebra.slices import Slices
 
 # a window: its inclusive end (a session: the seq of its first item), its key (None: α)
 PaneId = tuple[int, str | None]
-
-
-class Entry(NamedTuple):
-    """An item in a window: its time, seq and text (ordered so)."""
-
-    ts: int
-    seq: int
-    item: str
 
 
 def digest(text: str) -> str:

@@ -26,13 +26,19 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from heapq import merge
-from typing import Any, Protocol
-
-from roses_app.algebra.panes import Entry
+from typing import Any, NamedTuple, Protocol
 
 HOUR = 3_600_000_000  # µs
 MAX_CHUNKS = 16
 ChunkId = tuple[str | None, int, int]  # γ's key (None: α), slice number, chunk number
+
+
+class Entry(NamedTuple):
+    """An item in a window: its time, seq and text (ordered so)."""
+
+    ts: int
+    seq: int
+    item: str
 
 
 class SliceMap(Protocol):
