@@ -3,7 +3,7 @@
 Kept light on purpose.  When Spark plans a query, it starts a fresh Python process for
 each ``transformWithStateInPandas`` operator, to learn the state the processor's
 ``init`` declares; that process unpickles the processor, importing every module its
-pickle names.  So the processor holds its :class:`~roses_app.spark.lategraph.LateGraph`
+pickle names.  So the processor holds its :class:`~roses_app.spark.latebatch.LateGraph`
 pickled apart (plans, units, and through them pandas and the XPath engines) and
 loads it only where rows are handled: this module imports neither, and each such
 operator's start cost about half a second less.
@@ -20,19 +20,17 @@ from pyspark import Accumulator, cloudpickle
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import MapState, TimerValues, ValueState
 
-from roses_app.algebra.panes import Entry, plain_entries
-from roses_app.algebra.slices import ChunkId, SliceMap
+from roses_app.algebra.panes import plain_entries
+from roses_app.algebra.slices import ChunkId, Entry, SliceMap
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from roses_app.spark.lategraph import LateGraph
+    from roses_app.spark.latebatch import LateGraph, Target
 
 STATE_DDL = "state STRING"
 SLICE_KEY_DDL = "key STRING, slice BIGINT, chunk INT"  # γ's key as JSON (null: α)
 SLICE_DDL = "entries STRING"
-# what reads a unit's items: (the unit's index in its graph, a head's key, a stream)
-Target = tuple[int, str | None, str | None]
 
 
 class StateSlices:
@@ -101,7 +99,7 @@ class LateGraphProcessor(StatefulProcessor):
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         # here, not at the top: see the module docstring
-        from roses_app.spark.lategraph import handle_rows
+        from roses_app.spark.latebatch import handle_rows
 
         if self.loaded is None:
             self.loaded = pickle.loads(self.graph)
