@@ -11,11 +11,12 @@ after share, as if it had run everything itself.
 Leave it at 1 (the default) where something else already keeps every core busy, e.g.
 Spark, which runs one Python worker per core: helpers there only compete with them.
 
-A helper is a Python process running :func:`main` with two pipes: pickled requests
-come in on one pipe, replies go out on the other.  It says "ready" once Saxon is
-loaded; until then (and whenever a helper is busy with another thread's batch, or has
-died) the caller evaluates that share itself.  A helper exits when its pipe closes,
-i.e. when the process that started it exits.  A forked child starts its own helpers.
+A helper is a Python process running :func:`roses_app.xmlfn.xqhelper.main` with two
+pipes: pickled requests come in on one pipe, replies go out on the other.  It says
+"ready" once Saxon is loaded; until then (and whenever a helper is busy with another
+thread's batch, or has died) the caller evaluates that share itself.  A helper exits
+when its pipe closes, i.e. when the process that started it exits.  A forked child
+starts its own helpers.
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -116,9 +115,9 @@ _pool: dict[str, list[Helper]] = {"helpers": []}
 _pool_lock = threading.Lock()
 
 
-# Not ``-m roses_app.xmlfn.xqpool``: the package imports this module before runpy
-# would run it again as __main__.
-_HELPER_MAIN = f"import sys; from {__name__} import main; main(sys.argv)"
+# The helper's program (:mod:`roses_app.xmlfn.xqhelper`), which this module does not
+# import: it imports the XQuery evaluation, which imports this module.
+_HELPER_MAIN = "import sys; from roses_app.xmlfn.xqhelper import main; main(sys.argv)"
 
 
 def start_helper(stderr: IO[bytes] | None = None) -> Helper:
@@ -247,34 +246,3 @@ def restore(exc: Exception | _SyntaxError) -> Exception:
     if isinstance(exc, _SyntaxError):
         return etree.XMLSyntaxError(exc.message, exc.code, exc.line, exc.column, exc.filename)
     return exc
-
-
-# -- the helper's side -------------------------------------------------------------------
-
-
-def serve(requests: Connection, replies: Connection, handle: Callable[[Any], Reply]) -> None:
-    """Answer requests until the caller closes the pipe."""
-    replies.send("ready")
-    while True:
-        try:
-            request = requests.recv()
-        except EOFError:
-            return
-        try:
-            results, dropped = handle(request)
-        except Exception as exc:  # the caller evaluates the share itself
-            log.exception("XQuery helper failed on a share")
-            replies.send(("failed", f"{type(exc).__name__}: {exc}"))
-            continue
-        replies.send(("ok", results, [(xml, portable(e)) for xml, e in dropped]))
-
-
-def main(argv: list[str]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the caller; EOF ends us
-    logging.basicConfig(level=logging.WARNING)
-    requests = Connection(int(argv[1]), writable=False)
-    replies = Connection(int(argv[2]), readable=False)
-    from roses_app.xmlfn import xquery
-
-    xquery.load_saxon()
-    serve(requests, replies, xquery.serve_share)
