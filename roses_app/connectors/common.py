@@ -95,20 +95,24 @@ def start_interval_scheduler(
     scheduler = BackgroundScheduler(
         executors={"default": ThreadPoolExecutor(max_workers)}, timezone=UTC
     )
-    now = datetime.now(UTC)
     for job in jobs:
-        scheduler.add_job(
-            job.run,
-            trigger=IntervalTrigger(
-                seconds=job.every, jitter=job.every * jitter_fraction or None, timezone=UTC
-            ),
-            args=list(job.args),
-            id=job.id,
-            name=job.name,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=max(1, int(job.every)),
-            next_run_time=now,
-        )
+        add_poll_job(scheduler, job, jitter_fraction)
     scheduler.start()
     return scheduler
+
+
+def add_poll_job(scheduler: BackgroundScheduler, job: PollJob, jitter_fraction: float) -> None:
+    """Run ``job`` right away, then every ``every`` (jittered), in ``scheduler``."""
+    scheduler.add_job(
+        job.run,
+        trigger=IntervalTrigger(
+            seconds=job.every, jitter=job.every * jitter_fraction or None, timezone=UTC
+        ),
+        args=list(job.args),
+        id=job.id,
+        name=job.name,
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=max(1, int(job.every)),
+        next_run_time=datetime.now(UTC),
+    )

@@ -14,6 +14,9 @@
   ``idle_tick`` seconds plus the network call in flight.
 - Each SMTP source has a thread that starts its server and, when the port cannot be
   bound, retries with the same backoff.
+- A config reloaded (:meth:`MailConnectors.update_sources`) stops and starts only the
+  sources it adds, changes or removes: the other IMAP workers keep their connection
+  (and their IDLE), the other SMTP servers their port, the other polls their schedule.
 
 Failures never escape: each outcome is a
 :class:`~roses_app.connectors.poller.PollResult` in :attr:`last_results`.
@@ -27,12 +30,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor as FuturesPool
+from dataclasses import dataclass
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from roses_app.config.model import MailSource
-from roses_app.connectors.common import PollJob, describe, start_interval_scheduler
+from roses_app.connectors.common import (
+    PollJob,
+    add_poll_job,
+    describe,
+    start_interval_scheduler,
+)
 from roses_app.connectors.mail.poller import MailPoller
 from roses_app.connectors.mail.smtp import SmtpServer
 from roses_app.connectors.mail.state import MailStateStore
@@ -41,6 +50,18 @@ from roses_app.connectors.poller import PollResult, Sink
 log = logging.getLogger(__name__)
 
 ResultHook = Callable[[PollResult], None]
+POLLED_KINDS = ("maildir", "mbox")  # APScheduler jobs; imap and smtp: a thread each
+
+
+@dataclass
+class Worker:
+    """The thread of one IMAP or SMTP source, with its own stop (so that one source
+    changed stops it alone) and the event of its first attempt."""
+
+    source: MailSource
+    thread: threading.Thread
+    stop: threading.Event
+    started: threading.Event
 
 
 class MailConnectors:
@@ -90,9 +111,8 @@ class MailConnectors:
         self.smtp_servers: dict[str, SmtpServer] = {}
         self._results_lock = threading.Lock()
         self._scheduler: BackgroundScheduler | None = None
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
-        self._started: dict[str, threading.Event] = {}
+        self.workers: dict[str, Worker] = {}
+        self._names = {s.name for s in self.sources}  # whose results are kept
         self._on = False  # started (even with no source) and not shut down
 
     @property
@@ -102,41 +122,53 @@ class MailConnectors:
 
     @property
     def running(self) -> bool:
-        return self._scheduler is not None or bool(self._threads)
+        return self._scheduler is not None or bool(self.workers)
 
     def start(self) -> None:
         """Start polls, IMAP workers and SMTP servers, and return."""
         if self.running:
             raise RuntimeError("MailConnectors already started")
         self._on = True
-        self._stop.clear()
-        jobs = [s for s in self.sources if s.kind in ("maildir", "mbox")]
+        jobs = [self._job(s) for s in self.sources if s.kind in POLLED_KINDS]
         if jobs:
-            polls = [
-                PollJob(f"mail:{s.name}", f"poll {s.name}", s.every_seconds, self._poll, [s])
-                for s in jobs
-            ]
-            self._scheduler = start_interval_scheduler(
-                polls, self.max_workers, self.jitter_fraction
-            )
+            self._scheduler = start_interval_scheduler(jobs, self.max_workers, self.jitter_fraction)
         for source in self.sources:
-            target = {"imap": self._imap_worker, "smtp": self._smtp_worker}.get(source.kind)
-            if target is None:
-                continue
-            self._started[source.name] = threading.Event()
-            thread = threading.Thread(
-                target=target, args=(source,), name=f"mail-{source.name}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+            self._start_worker(source)
         log.info("reading %d mail source(s)", len(self.sources))
+
+    def _job(self, source: MailSource) -> PollJob:
+        return PollJob(
+            f"mail:{source.name}", f"poll {source.name}", source.every_seconds, self._poll,
+            [source],
+        )  # fmt: skip
+
+    def _start_worker(self, source: MailSource) -> None:
+        """The thread of an IMAP or SMTP source (nothing for the others)."""
+        target = {"imap": self._imap_worker, "smtp": self._smtp_worker}.get(source.kind)
+        if target is None:
+            return
+        stop, started = threading.Event(), threading.Event()
+        thread = threading.Thread(
+            target=target, args=(source, stop, started), name=f"mail-{source.name}", daemon=True
+        )
+        self.workers[source.name] = Worker(source, thread, stop, started)
+        thread.start()
+
+    def _stop_workers(self, names: Iterable[str], wait: bool) -> None:
+        """Stop the workers of ``names`` (all told first, then each awaited)."""
+        stopping = [self.workers.pop(name) for name in names if name in self.workers]
+        for worker in stopping:
+            worker.stop.set()
+        if wait:
+            for worker in stopping:
+                worker.thread.join(timeout=self.poller.imap_timeout + 5.0)
 
     def wait_ready(self, timeout: float = 10.0) -> bool:
         """Wait until each IMAP worker made its first attempt and each SMTP server made
         its first attempt to listen; True if all did in time."""
         deadline = time.monotonic() + timeout
-        for event in list(self._started.values()):
-            if not event.wait(max(0.0, deadline - time.monotonic())):
+        for worker in list(self.workers.values()):
+            if not worker.started.wait(max(0.0, deadline - time.monotonic())):
                 return False
         return True
 
@@ -153,34 +185,49 @@ class MailConnectors:
     def shutdown(self, wait: bool = True) -> None:
         """Stop polls, workers and servers; with ``wait`` let the work in flight end."""
         self._on = False
-        self._stop.set()
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None and scheduler.running:
             scheduler.shutdown(wait=wait)
-        threads, self._threads = self._threads, []
-        if wait:
-            for thread in threads:
-                thread.join(timeout=self.poller.imap_timeout + 5.0)
-        self._started.clear()
+        self._stop_workers(list(self.workers), wait)
 
     def update_sources(self, sources: Mapping[str, object]) -> bool:
-        """Read the mail sources of ``sources`` from now on (a config reloaded): when
-        they changed, the polls, workers and servers stop (the work in flight ends)
-        and start again with them.  Returns whether they changed."""
+        """Read the mail sources of ``sources`` from now on (a config reloaded): the
+        poll, worker or server of each source added, changed or removed stops (its work
+        in flight ends) and, unless removed, starts again with the new settings; the
+        others go on untouched.  Returns whether any changed."""
         mail = [s for s in sources.values() if isinstance(s, MailSource)]
         if mail == self.sources:
             return False
-        on = self._on
-        if on:
-            self.shutdown(wait=True)
-        self.sources = mail
-        names = {s.name for s in mail}
+        old = {s.name: s for s in self.sources}
+        new = {s.name: s for s in mail}
+        changed = [n for n in {**old, **new} if old.get(n) != new.get(n)]
+        self.sources, self._names = mail, set(new)
+        if self._on:
+            self._stop_workers(changed, wait=True)
+            self._update_jobs(changed, new)
+            for name in changed:
+                if name in new:
+                    self._start_worker(new[name])
         with self._results_lock:
-            for gone in [name for name in self.last_results if name not in names]:
+            for gone in [name for name in self.last_results if name not in new]:
                 del self.last_results[gone]
-        if on:
-            self.start()
+        log.info("mail sources updated: %s started again or ended", ", ".join(changed))
         return True
+
+    def _update_jobs(self, changed: Iterable[str], new: Mapping[str, MailSource]) -> None:
+        """The polls of the maildir and mbox sources ``changed``: removed, and added
+        again (run at once) when the source still is one."""
+        for name in changed:
+            if self._scheduler is not None and self._scheduler.get_job(f"mail:{name}"):
+                self._scheduler.remove_job(f"mail:{name}")  # (a poll in flight ends)
+            source = new.get(name)
+            if source is None or source.kind not in POLLED_KINDS:
+                continue
+            if self._scheduler is None:
+                self._scheduler = start_interval_scheduler(
+                    [], self.max_workers, self.jitter_fraction
+                )
+            add_poll_job(self._scheduler, self._job(source), self.jitter_fraction)
 
     def close(self) -> None:
         """Shut down and close the state store."""
@@ -191,7 +238,8 @@ class MailConnectors:
 
     def _report(self, result: PollResult) -> PollResult:
         with self._results_lock:
-            self.last_results[result.source] = (self.clock(), result)
+            if result.source in self._names:  # (not a removed source's last poll)
+                self.last_results[result.source] = (self.clock(), result)
         if result.status == "ok" and result.n_items:
             log.info("source %s: %s", result.source, result.message)
         if self.on_result is not None:
@@ -208,54 +256,52 @@ class MailConnectors:
         state = self.store.get(source.name)
         return self.poller.backoff(source, max(1, state.failures if state else 1))
 
-    def _imap_worker(self, source: MailSource) -> None:
+    def _imap_worker(
+        self, source: MailSource, stop: threading.Event, started: threading.Event
+    ) -> None:
         assert source.imap is not None
-        started = self._started.get(source.name)
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 with self.poller.imap_session(source) as session:
                     idle = source.imap.idle and session.can_idle
                     if source.imap.idle and not session.can_idle:
                         log.info("source %s: the server has no IDLE; polling", source.name)
-                    while not self._stop.is_set():
+                    while not stop.is_set():
                         result = self._report(self.poller.sync_imap(source, session))
-                        if started is not None:
-                            started.set()
+                        started.set()
                         if result.status == "error":
                             break
                         if idle:
-                            session.idle_wait(self._stop, source.every_seconds, self.idle_tick)
+                            session.idle_wait(stop, source.every_seconds, self.idle_tick)
                         else:
-                            self._stop.wait(source.every_seconds)
+                            stop.wait(source.every_seconds)
             except Exception as exc:  # connection, login, IDLE: logged, retried
-                if self._stop.is_set():
+                if stop.is_set():
                     break
                 self._report(self.poller.fail(source, describe(exc)))
-            if started is not None:
-                started.set()
-            if not self._stop.is_set():
-                self._stop.wait(self._retry_delay(source))
+            started.set()
+            if not stop.is_set():
+                stop.wait(self._retry_delay(source))
 
-    def _smtp_worker(self, source: MailSource) -> None:
-        started = self._started.get(source.name)
+    def _smtp_worker(
+        self, source: MailSource, stop: threading.Event, started: threading.Event
+    ) -> None:
         server = SmtpServer(
             source, self.poller, self._report, ready_timeout=self.smtp_ready_timeout
         )
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
                 server.start()
             except Exception as exc:  # port in use, bad address: logged, retried
                 self._report(self.poller.fail(source, f"cannot listen: {describe(exc)}"))
-                if started is not None:
-                    started.set()
-                self._stop.wait(self._retry_delay(source))
+                started.set()
+                stop.wait(self._retry_delay(source))
                 continue
             self.smtp_servers[source.name] = server
             self._report(
                 PollResult(source.name, "ok", message=f"listening on {server.host}:{server.port}")
             )
-            if started is not None:
-                started.set()
-            self._stop.wait()
+            started.set()
+            stop.wait()
         server.stop()
         self.smtp_servers.pop(source.name, None)
