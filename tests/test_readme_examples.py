@@ -1,5 +1,11 @@
-"""README's feeds.yaml examples load as written: the operator table (its placeholders
-X, Y, XPATH, XQ... filled in, nothing else changed) and its complete YAML blocks.
+"""The documentation's feeds.yaml examples load as written, as ``roses check`` loads a
+file: the operator table of docs/reference.md (its placeholders X, Y, XPATH, XQ...
+filled in, nothing else changed) and the complete YAML blocks of README.md and of every
+page of docs/.
+
+A ```yaml block is a whole feeds.yaml when it starts with ``settings:``, ``sources:`` or
+``streams:`` (a block of sources alone gets ``streams: {}``); any other block (one that
+starts with a stream's body, or is indented in a list) is a fragment, and not loaded.
 
 A time in feeds.yaml may be written unquoted, as the README does: YAML reads
 ``2024-01-01T00:00:00Z`` as a timestamp, ``2024-01-01`` as a date.
@@ -15,11 +21,14 @@ from pathlib import Path
 import pytest
 
 from roses_app.algebra.plan import Aggregate, TimeWindow, Window
-from roses_app.config import parse_config
+from roses_app.config import load_config, parse_config
 from roses_app.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+REFERENCE = REPO / "docs" / "reference.md"
+# the pages whose YAML examples are checked: the front page and the site's
+PAGES = (README, *sorted((REPO / "docs").glob("*.md")))
 
 SOURCES = (
     "sources:\n"
@@ -43,9 +52,9 @@ PLACEHOLDERS = (
 
 
 def operator_examples() -> list[str]:
-    """The code of the first cell of each row of README's operator table; ``{...}``
-    (the same arguments as the example before it) written out."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+    """The code of the first cell of each row of the reference's operator table;
+    ``{...}`` (the same arguments as the example before it) written out."""
+    lines = REFERENCE.read_text(encoding="utf-8").splitlines()
     table = lines.index("| operator | meaning |")
     examples: list[str] = []
     for line in lines[table + 2 :]:
@@ -80,23 +89,39 @@ def test_each_example_of_the_operator_table_loads_as_written(example: str) -> No
     assert "s" in config.streams
 
 
-def yaml_blocks() -> list[str]:
-    """README's ```yaml blocks that are whole feeds.yaml files (not fragments)."""
-    text = README.read_text(encoding="utf-8")
-    blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
-    return [b for b in blocks if re.match(r"(settings|sources|streams):", b)]
+def yaml_blocks() -> dict[str, str]:
+    """The ```yaml blocks of the pages that are whole feeds.yaml files (not fragments),
+    by ``PAGE#N`` (N: the block's rank among the page's YAML blocks, from 1)."""
+    found: dict[str, str] = {}
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        blocks = re.findall(r"^```yaml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+        for n, block in enumerate(blocks, 1):
+            if re.match(r"(settings|sources|streams):", block):
+                found[f"{page.relative_to(REPO)}#{n}"] = block
+    return found
 
 
-@pytest.mark.parametrize("n", range(len(yaml_blocks())))
-def test_each_yaml_block_of_the_readme_loads_as_written(n: int, tmp_path: Path) -> None:
-    block = yaml_blocks()[n]
+BLOCKS = yaml_blocks()
+
+
+def test_the_yaml_blocks_were_found() -> None:
+    pages = {name.split("#")[0] for name in BLOCKS}
+    assert {"README.md", "docs/reference.md", "docs/operators.md"} <= pages, pages
+    assert len(BLOCKS) >= 10
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_each_yaml_block_of_the_docs_passes_roses_check(name: str, tmp_path: Path) -> None:
+    block = BLOCKS[name]
     # the files the examples name, relative to their feeds.yaml
     shutil.copytree(REPO / "xquery", tmp_path / "xquery")
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     (tmp_path / "subscriptions.jsonl").write_text("")
-    if not re.search(r"^streams:", block, re.MULTILINE):  # the mail sources' block
+    if not re.search(r"^streams:", block, re.MULTILINE):  # e.g. the mail sources' block
         block += "streams: {}\n"
-    config = parse_config(block, tmp_path / "feeds.yaml")
+    (tmp_path / "feeds.yaml").write_text(block, encoding="utf-8")
+    config = load_config(tmp_path / "feeds.yaml")  # what `roses check` does
     assert config.sources
 
 
