@@ -26,16 +26,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lxml import etree
 
 from roses_app.errors import StoreError
 from roses_app.items import parse_item
-from roses_app.store_rows import OutRow, RowLike, StoredEntry, entry_guid, out_row
-
-if TYPE_CHECKING:
-    from roses_app.spark.fusedrows import FusedRows
+from roses_app.store_rows import OutRow, RowBatch, RowLike, StoredEntry, entry_guid, out_row
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +235,7 @@ class Store:
         return True
 
     def write_fused(
-        self, query_id: str, batch_id: int, rows: FusedRows, position: int | None = None
+        self, query_id: str, batch_id: int, rows: RowBatch, position: int | None = None
     ) -> bool:
         """:meth:`write_batch` of a fused batch's rows: a row per stream and item."""
         return self.write_batch(query_id, batch_id, rows.rows(), position)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from lxml import etree
 
@@ -36,6 +38,15 @@ def out_row(row: RowLike) -> OutRow:
     return row if isinstance(row, OutRow) else OutRow(*row)
 
 
+class RowBatch(Protocol):
+    """A micro-batch's rows kept as the stage made them, expanded on request (the fused
+    stage's :class:`~roses_app.spark.fusedrows.FusedRows`)."""
+
+    def rows(self) -> Sequence[RowLike]:
+        """A row per stream that has an item."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEntry:
     """One item of a published feed as the store holds it."""
@@ -60,4 +71,4 @@ def entry_guid(item: str, element: etree._Element | None = None) -> str:
     return item_identity(element) or content_hash(item)
 
 
-__all__ = ["OutRow", "RowLike", "StoredEntry", "entry_guid", "out_row"]
+__all__ = ["OutRow", "RowBatch", "RowLike", "StoredEntry", "entry_guid", "out_row"]
