@@ -1,4 +1,4 @@
-"""The size limits of a feeds.yaml, in one place (the README's feeds.yaml section
+"""The size limits of a feeds.yaml, in one place (docs/operating.md, "Limits of a config",
 states them).
 
 They bound what a config costs, not how many streams it has: reading a config and

@@ -1,6 +1,6 @@
 """Which Spark queries run the global plan, and what each must catch up on.
 
-Spark's rules decide the split (see the README, "How it works"):
+Spark's rules decide the split (see docs/dataflow.md, "Inside each stage"):
 
 * **One stateless query** computes every stateless stream and every frontier node in
   one fused stage.  It has no operator state, so its plan may change between two
