@@ -33,6 +33,7 @@ from roses_app.publish.export import export_static
 from roses_app.publish.pull import PullQueries
 from roses_app.publish.server import HttpServer, create_app
 from roses_app.publish.websub import Hub
+from roses_app.spark.progress import WatermarkDrops
 from roses_app.spool import Spool
 from roses_app.store import Store
 
@@ -68,8 +69,7 @@ class Daemon(DaemonStatus):
         self.hub: Hub | None = None
         self.metrics = Metrics(self.snapshot, sources=len(config.sources))
         self.beats = heartbeat_plan(self.streams())
-        # query -> rows dropped behind the watermark, and the last batch counted
-        self._late: dict[str, tuple[int, int]] = {}
+        self._late = WatermarkDrops()  # per query: rows dropped behind the watermark
         self.started_at = clock()
         self.counters = {
             "items_spooled": 0,
@@ -213,6 +213,7 @@ class Daemon(DaemonStatus):
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
         await_all(self.queries, progress)
+        self._count_late()
         self.spool.compact()
         out = export_dir or self.config.settings.data_dir / "public"
         exported = export_static(self.config, self.store, out)
@@ -404,14 +405,7 @@ class Daemon(DaemonStatus):
 
     def health(self) -> dict[str, Any]:
         """Status for /healthz: a few py4j calls per query, not per stream."""
-        queries = {
-            r.name: {
-                "active": r.query.isActive,
-                "status": r.query.status.get("message"),
-                "streams": len(r.streams),
-            }
-            for r in self.queries
-        }
+        queries = self._queries_health()
         active = {name for r in self.queries if r.query.isActive for name in r.streams}
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
         ok = all(name in active for name in self.config.streams)

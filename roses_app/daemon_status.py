@@ -8,7 +8,7 @@ it reads the daemon's parts, named below, and changes nothing but its late-row c
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from roses_app.connectors.listing import listing, parse_query
 from roses_app.connectors.mail import MailConnectors
 from roses_app.metrics import Metrics, Snapshot
 from roses_app.publish.websub import Hub
+from roses_app.spark.progress import WatermarkDrops
 from roses_app.spool import Spool
 from roses_app.store import Store
 
@@ -36,19 +37,33 @@ class DaemonStatus:
     hub: Hub | None
     queries: list[Any]
     errors: Any  # Spark accumulator: dropped items per step
-    _late: dict[str, tuple[int, int]]  # query -> rows dropped behind the watermark, batch
+    _late: WatermarkDrops  # per query: rows dropped behind the watermark
 
     def _count_late(self) -> None:
         """Add up the rows each query's stateful operators dropped behind the watermark
-        (Spark reports them per micro-batch): one py4j call per query."""
-        for running in self.queries:
-            progress = running.query.lastProgress
-            if progress is None:
-                continue
-            dropped, counted = self._late.get(running.name, (0, -1))
-            if progress.batchId > counted:
-                late = sum(op.numRowsDroppedByWatermark for op in progress.stateOperators)
-                self._late[running.name] = (dropped + late, progress.batchId)
+        (Spark reports them per micro-batch): one py4j call per query, a few more when
+        batches went by since the last look."""
+        for running in list(self.queries):
+            self._late.update(running.name, running.query.lastProgress, _recent(running.query))
+
+    def watermark_drops(self) -> dict[str, int]:
+        """Per Spark query: the rows dropped behind the watermark since the start
+        (ROSES's own late items, counted per stream, are not among them)."""
+        return dict(self._late.dropped)
+
+    def _queries_health(self) -> dict[str, Any]:
+        """Each Spark query's state: a few py4j calls per query, not per stream."""
+        late = self.watermark_drops()
+        return {
+            r.name: {
+                "active": r.query.isActive,
+                "status": r.query.status.get("message"),
+                "streams": len(r.streams),
+                # of all its streams together: Spark counts them per operator
+                "rows_dropped_by_watermark": late.get(r.name, 0),
+            }
+            for r in list(self.queries)
+        }
 
     def _sources_health(self) -> dict[str, Any]:
         """Each source's last poll, or above the metrics' per-source limit (100,000
@@ -92,7 +107,7 @@ class DaemonStatus:
             too_late=tallies["late"],
             unchanged=tallies["unchanged"],
             revised=tallies["revised"],
-            late={name: dropped for name, (dropped, _) in self._late.items()},
+            late=self.watermark_drops(),
             store_bytes=sum(map(_size, data.glob("store.sqlite*"))),
             spool_bytes=sum(map(_size, spool)),
             spool_files=len(spool),
@@ -101,6 +116,11 @@ class DaemonStatus:
 
     def _tallies(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         return split_tallies(dict(self.errors.value) if self.errors is not None else {})
+
+
+def _recent(query: Any) -> Callable[[], Sequence[Any]]:
+    """Reads ``query``'s recent progress reports when called (a py4j call each)."""
+    return lambda: query.recentProgress
 
 
 def _size(path: Path) -> int:

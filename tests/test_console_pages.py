@@ -109,11 +109,23 @@ def test_a_stream_page(env: Env):
     assert "== logical plan" in text and "Filter σ where" in text
     counters = text[text.index('id="stream-counters"') :]
     assert 'dropped at step volcano/filter</td><td data-label="Since the start">2' in counters
+    # Spark's count is its query's: volcano shares query stateless with topics
+    watermark = '<td data-label="Since the start">3</td>'
+    assert f"dropped as late (watermark), for all 2 streams of query stateless</td>{watermark}" in (
+        counters
+    )
     assert 'id="stream-chart"' in text and "1 in all" in text
     assert "Volcano wakes" in text and 'href="https://example.org/v1"' in text
     assert 'href="/feeds/volcano.rss"' in text
     assert env.client.get("/console/streams/nothing").status_code == 404
     _plain(text)
+
+
+def test_a_stream_alone_in_its_query_shows_its_watermark_count_plainly(env: Env):
+    counters = env.client.get("/console/streams/headlines").text
+    counters = counters[counters.index('id="stream-counters"') :]
+    cell = '<td data-label="Since the start">0</td>'
+    assert f'<td data-label="Counter">dropped as late (watermark)</td>{cell}' in counters
 
 
 def test_editor_page_has_the_stable_ids(env: Env):

@@ -180,7 +180,11 @@ def make_env(tmp_path: Path, config: Config, *, client: str = "127.0.0.1") -> En
         history=history,
         recent=lambda name, n: recent_items(spool, name, n),
         queries=lambda: {"volcano": "stateless", "topics": "stateless", "headlines": "g1"},
-        counters=lambda: {"dropped": {"volcano/filter": 2}, "late": {"topics": 1}},
+        counters=lambda: {
+            "dropped": {"volcano/filter": 2},
+            "late": {"topics": 1},
+            "watermark": {"stateless": 3},
+        },
         explain=lambda name: explain_stream(config, name),
         preview=engine.preview,
         apply=engine.apply,

@@ -1,4 +1,6 @@
-"""Progress of finite runs (`roses once`, `roses replay`) for a person at a terminal.
+"""What Spark's progress reports tell: the rows each query dropped behind the
+watermark (:class:`WatermarkDrops`, for the daemon's health, metrics and console), and
+the progress of finite runs (`roses once`, `roses replay`) for a person at a terminal.
 
 While the queries run, :func:`progress_line` sums what Spark reports (micro-batches
 done and rows read per query, the tasks of the stages running now) into one line,
@@ -10,9 +12,43 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+
+@dataclass
+class WatermarkDrops:
+    """Rows the stateful operators of each query dropped because they came behind the
+    watermark (``numRowsDroppedByWatermark`` of its ``stateOperators``), summed over
+    its micro-batches: Spark reports them per batch, and keeps only the last hundred
+    reports.  The daemon looks at each query's last report (one py4j call) about once
+    a second; when batches went by meanwhile, or the query started again (a new run id:
+    its batch ids go on from its checkpoint), it reads the recent ones too, so that
+    each batch is counted once."""
+
+    dropped: dict[str, int] = field(default_factory=dict)  # query -> rows
+    counted: dict[str, tuple[str, int]] = field(default_factory=dict)  # query -> run, batch
+
+    def update(self, query: str, last: Any, recent: Callable[[], Sequence[Any]]) -> int:
+        """Count the batches of ``query`` not counted yet (``last``: its lastProgress,
+        ``recent``: reads its recentProgress); the rows it dropped so far."""
+        total = self.dropped.setdefault(query, 0)
+        if last is None:
+            return total
+        run, batch = str(last.runId), int(last.batchId)
+        seen_run, seen_batch = self.counted.get(query, (run, -1))
+        if seen_run != run:
+            seen_batch = -1  # a new run: none of its batches is counted yet
+        if batch <= seen_batch:
+            return total
+        reports = [last] if batch == seen_batch + 1 else list(recent())
+        for report in reports:
+            if str(report.runId) == run and seen_batch < int(report.batchId) <= batch:
+                total += sum(op.numRowsDroppedByWatermark or 0 for op in report.stateOperators)
+        self.dropped[query] = total
+        self.counted[query] = (run, batch)
+        return total
 
 
 @dataclass

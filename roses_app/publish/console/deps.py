@@ -32,7 +32,8 @@ class History(Protocol):
     def recent(self, source: str, limit: int = ...) -> list[Poll]: ...
 
 
-Counters = Mapping[str, Mapping[str, int]]  # dropped (per step), late, revised, unchanged
+# dropped (per step), late, revised, unchanged (per stream), watermark (per Spark query)
+Counters = Mapping[str, Mapping[str, int]]
 
 
 @dataclass(frozen=True)

@@ -130,11 +130,26 @@ def _counters(deps: ConsoleDeps, name: str) -> str:
     rows = [
         ["items dropped (an expression failed)", f"{sum(steps.values()):,}"],
         ["items later than the lateness", f"{counters.get('late', {}).get(name, 0):,}"],
+        _watermark(deps.queries(), counters.get("watermark", {}), name),
         ["windows revised", f"{counters.get('revised', {}).get(name, 0):,}"],
         ["windows computed again, unchanged", f"{counters.get('unchanged', {}).get(name, 0):,}"],
     ]
     rows += [[f"dropped at step {esc(k)}", f"{n:,}"] for k, n in sorted(steps.items())]
     return table(("Counter", "Since the start"), rows, ident="stream-counters")
+
+
+def _watermark(queries: Mapping[str, str], late: Mapping[str, int], name: str) -> list[str]:
+    """The rows Spark dropped behind the watermark in the query running ``name``.
+    Spark counts them per stateful operator, and a query runs several streams: the
+    count is the query's, and the row says so when it serves others too."""
+    query = queries.get(name)
+    if query is None:
+        return ["dropped as late (watermark)", "not running"]
+    serves = sum(1 for q in queries.values() if q == query)
+    label = "dropped as late (watermark)"
+    if serves > 1:
+        label += f", for all {serves:,} streams of query {query}"
+    return [esc(label), f"{late.get(query, 0):,}"]
 
 
 def _items(deps: ConsoleDeps, stream: StreamConfig, now: float) -> list[str]:

@@ -41,7 +41,8 @@ def daemon_console(daemon: Daemon, history: PollHistory) -> ConsoleDeps | None:
         dropped, tallies = split_tallies(
             dict(daemon.errors.value) if daemon.errors is not None else {}
         )
-        return {"dropped": dropped, **tallies}
+        # per Spark query, not per stream (see streampages._watermark)
+        return {"dropped": dropped, **tallies, "watermark": daemon.watermark_drops()}
 
     def recent(name: str, limit: int) -> Recent:
         return recent_items(spool, name, limit)
