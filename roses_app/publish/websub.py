@@ -122,6 +122,7 @@ class Hub(HubWork):
         self.clock = clock
         self.deadline = self.settings.timeout_seconds
         self.host_queue = max(self.settings.per_host, self.settings.verify_queue // 10)
+        self._call_seconds = 0.0  # a verification's recent time (none yet: retry soon)
         self.counters |= dict.fromkeys(
             ("requests", "refused", "busy", "verified", "unverified", "delivered", "retries"),
             0,
@@ -309,19 +310,26 @@ class Hub(HubWork):
 
     def _admit(self, host: str) -> tuple[str, int] | None:
         """Count one more request waiting for verification; or, when too many wait,
-        why not and in how many seconds to retry: one call's deadline, by when a slot
-        has freed (answering 503 again costs little; waiting for all costs more)."""
-        retry = max(1, math.ceil(self.deadline))
+        why not and in how many seconds to retry: when the queue ahead should have
+        gone at the verifications' recent pace, at most one call's deadline (by when
+        a slot has freed); answering 503 again costs little, idle slots cost more."""
+        s = self.settings
         with self._idle:
             at_host = self._waiting_at.get(host, 0)
-            if self._waiting >= self.settings.verify_queue:
+            if self._waiting >= s.verify_queue:
+                retry = self._retry(self._waiting, s.concurrency)
                 return f"{self._waiting} subscription requests wait for verification", retry
             if at_host >= self.host_queue:
+                retry = self._retry(at_host, s.per_host)
                 return f"{at_host} subscription requests for callbacks at {host} wait", retry
             self._waiting += 1
             self._waiting_at[host] = at_host + 1
             self._pending += 1
         return None
+
+    def _retry(self, ahead: int, lanes: int) -> int:
+        pace = ahead / lanes * self._call_seconds
+        return max(1, min(math.ceil(pace), math.ceil(self.deadline)))
 
     async def _verification(self, intent: Intent, host: str) -> None:
         try:
@@ -357,7 +365,9 @@ class Hub(HubWork):
         if intent.mode == "subscribe":
             params["hub.lease_seconds"] = str(intent.lease_seconds)
         url = with_query(intent.callback, params)
+        started = time.monotonic()
         answer = await exchange(self._verify_client, "GET", url, self.deadline)
+        self._call_seconds += 0.1 * (time.monotonic() - started - self._call_seconds)
         echoed = answer.body.decode("utf-8", "replace").strip() == challenge
         if not (answer.ok and echoed):
             self.counters["unverified"] += 1
