@@ -45,8 +45,18 @@ def _load(path: str) -> Config:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from roses_app.config.explosive import explosive
+
     config = _load(args.config)
-    print(f"{args.config}: OK ({len(config.sources)} sources, {len(config.streams)} streams)")
+    # warnings (on stderr, as `roses import` says what it skipped): the config is valid,
+    # and the run-time budget stops these expressions; the exit status stays 0
+    warnings = explosive(config)
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    counts = [f"{len(config.sources)} sources", f"{len(config.streams)} streams"]
+    if warnings:
+        counts.append(f"{len(warnings)} warning{'s' * (len(warnings) != 1)}")
+    print(f"{args.config}: OK ({', '.join(counts)})")
     return EXIT_OK
 
 
@@ -191,9 +201,12 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from roses_app.config.explosive import explosive
     from roses_app.daemon import Daemon
 
     config = _load(args.config)
+    for warning in explosive(config):  # what `roses check` warns about, for the log
+        log.warning("%s", warning)
     stop, reload = threading.Event(), threading.Event()
     stop_on_signals(stop)
     reload_on_hangup(reload)
