@@ -16,8 +16,9 @@ and reports:
   Poll gaps: p50/p99 of the time between two requests of a feed.  Poll lag: p50/p99 of
   the daemon's `roses_poll_lag_seconds` histogram (/metrics, read before the SIGINT),
   "n/a" when the daemon has none.
-* completeness: of the items the working feeds published at least --settle seconds
-  (default: the longest interval of the mode) before the end, the share found in the
+* completeness: of the items the working feeds published after the farm's start (its
+  feeds' history, the 20 items each had before, is left out) and at least --settle
+  seconds (default: the longest interval of the mode) before the end, the share found in the
   daemon's spool (DATA/spool/{log,archive}/**/*.jsonl, matched by guid).
 * freshness: for the spooled items published after the daemon's first request, spool
   ts - real publication time, p50/p99.  Polls per item: polls done / items spooled.
@@ -35,7 +36,7 @@ depend on the machine: run twice and quote the second run.
 
     .venv/bin/python scripts/bench_sources.py [--feeds 1000,10000,100000]
         [--modes fixed,adaptive] [--minutes 30] [--every 5m] [--max-every 15m]
-        [--rate-mult 1] [--settle SECONDS] [--extra-fetch concurrency=200 ...]
+        [--rate-mult 1] [--settle SECONDS] [--extra-fetch concurrency=200 ...] [--no-history]
         [--master local[2]] [--work DIR] [--keep]
 """
 
@@ -56,7 +57,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import proctree
@@ -333,7 +334,8 @@ def run_one(n: int, mode: str, work: Path, args: argparse.Namespace) -> Run:
     run = Run(n, mode)
     folder = work / f"n{n}-{mode}"
     folder.mkdir(parents=True, exist_ok=True)
-    farm = FeedFarm(FarmConfig(n, args.hosts, args.rate_mult, args.seed, args.host_skew))
+    config = FarmConfig(n, args.hosts, args.rate_mult, args.seed, args.host_skew)
+    farm = FeedFarm(replace(config, history=args.history))
     farm.start()
     print(f"== N = {n:,}, {mode}: {farm.describe()}", file=sys.stderr)
     try:
@@ -610,6 +612,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--extra-fetch", action="append", default=[], metavar="KEY=VALUE")
     add("--master", default="local[2]", help="Spark master (default local[2])")
     add("--seed", type=int, default=42)
+    add("--no-history", dest="history", action="store_false", help="farm feeds start empty")
     add("--work", help="working folder (default: a new temporary one)")
     add("--keep", action="store_true", help="keep the working folder (configs, data, logs)")
     args = parser.parse_args(argv)

@@ -11,6 +11,10 @@ a plain asyncio HTTP/1.1 server with keep-alive; feed i is `http://127.0.0.1:POR
   come from a hash of (seed, feed, item number): the same seed gives the same items at
   the same offsets from the start.  Each item has a guid `f<i>-<k>`, a title, a link, a
   pubDate (its real publication time) and a short description.
+* History: as a real feed has, each feed starts with the last 20 items it published
+  before the farm's start (the same Poisson process run backwards from the start; guids
+  `f<i>-h<j>`), so that a first poll finds a dated backlog.  `--no-history` starts every
+  feed empty.  `FeedFarm.published` leaves the history out: it was never new.
 * Documents: the last 20 items, newest first, rendered once per change; `ETag` and
   `Last-Modified`, and `304 Not Modified` for a matching `If-None-Match` or
   `If-Modified-Since`.  A feed with no item yet is a valid empty channel.
@@ -25,7 +29,7 @@ In a benchmark: `farm = FeedFarm(FarmConfig(feeds=1000)); farm.start()`, the URL
 of its own with its own event loop).  Standalone, for trying a client by hand:
 
     .venv/bin/python scripts/feedfarm.py --feeds 1000 --port-base 18100 [--hosts H]
-        [--rate-mult 10] [--seed 42] [--host-skew 0] [--duration SECONDS]
+        [--rate-mult 10] [--seed 42] [--host-skew 0] [--duration SECONDS] [--no-history]
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class FarmConfig:
     port_base: int = 0  # 0: free ports chosen by the system
     latency_ms: tuple[float, float] = (30.0, 400.0)
     broken_fraction: float = BROKEN_FRACTION
+    history: bool = True  # each feed starts with the 20 items it published before
 
 
 @dataclass(slots=True)
@@ -95,6 +100,7 @@ class Feed:
     broken: str  # "", "error" (answers 500) or "hang" (never answers)
     next_at: float  # time of its next publication
     items: list[tuple[str, float]] = field(default_factory=list)  # (guid, published)
+    history: int = 0  # how many of `items` (the first ones) predate the farm's start
     requests: list[float] = field(default_factory=list)  # arrival times
     ok: int = 0
     not_modified: int = 0
@@ -266,10 +272,20 @@ class FeedFarm:
             return math.inf
         return -math.log(unit_hash(self.config.seed, feed.index, k)) / feed.rate
 
+    def _add_history(self, feed: Feed) -> None:
+        """The feed's last ITEMS_PER_DOCUMENT items before the start (a Poisson process
+        looks the same run backwards), oldest first."""
+        at, past = self.epoch, []
+        for j in range(ITEMS_PER_DOCUMENT):
+            at += math.log(unit_hash(self.config.seed, feed.index, -1 - j)) / feed.rate
+            past.append((f"f{feed.index}-h{j}", at))
+        feed.items[:0] = reversed(past)
+        feed.history = len(past)
+
     def advance(self, feed: Feed, now: float) -> None:
         """Publish the feed's items due by `now`."""
         while feed.next_at <= now:
-            k = len(feed.items)
+            k = len(feed.items) - feed.history
             feed.items.append((f"f{feed.index}-{k}", feed.next_at))
             feed.next_at += self._gap(feed, k + 1)
 
@@ -281,7 +297,7 @@ class FeedFarm:
         found: list[tuple[int, str, float]] = []
         for feed in self.feeds:
             self.advance(feed, until)
-            found.extend((feed.index, g, t) for g, t in feed.items if t <= until)
+            found.extend((feed.index, g, t) for g, t in feed.items[feed.history :] if t <= until)
         return found
 
     # -- the servers ------------------------------------------------------------------
@@ -325,6 +341,8 @@ class FeedFarm:
         self.epoch = time.time()
         for feed in self.feeds:
             feed.next_at = self.epoch + self._gap(feed, 0)
+            if self.config.history and feed.rate > 0:
+                self._add_history(feed)
         self.running = True
 
     def cpu_seconds(self) -> float:
@@ -468,13 +486,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--seed", type=int, default=42)
     add("--host-skew", type=float, default=0.0, help="feeds per host ∝ 1/rank^S (0: uniform)")
     add("--duration", type=float, default=0.0, help="seconds to run (default: until Ctrl-C)")
+    add("--no-history", dest="history", action="store_false", help="start every feed empty")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     config = FarmConfig(
-        args.feeds, args.hosts, args.rate_mult, args.seed, args.host_skew, args.port_base
+        args.feeds,
+        args.hosts,
+        args.rate_mult,
+        args.seed,
+        args.host_skew,
+        args.port_base,
+        history=args.history,
     )
     farm = FeedFarm(config)
     try:

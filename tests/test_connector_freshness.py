@@ -116,7 +116,7 @@ def test_a_busy_feed_is_polled_more_often_and_a_quiet_one_less(
 
     def busy(_: Request) -> Reply:
         n = next(counter)
-        return Reply(200, rss(*((f"b{n}-{k}", "x") for k in range(5))))
+        return Reply(200, rss(*((f"b{n}-{k}", "x") for k in range(5)), date=None))
 
     feed_server.routes["/busy"] = busy
     feed_server.routes["/quiet"] = Reply(200, rss(("q", "x")), {"ETag": '"q"'})
@@ -146,7 +146,10 @@ def test_a_busy_feed_is_polled_more_often_and_a_quiet_one_less(
 
 
 def test_the_publishers_max_age_is_honoured(feed_server: FeedServer, tmp_path: Path):
-    feed_server.routes["/f"] = Reply(200, rss(("a", "x")), {"Cache-Control": "max-age=3"})
+    # undated: no backlog rate, the prior (0.2 s) is what max-age must override
+    feed_server.routes["/f"] = Reply(
+        200, rss(("a", "x"), date=None), {"Cache-Control": "max-age=3"}
+    )
     settings = FetchSettings(
         timeout_seconds=3.0,
         default_every_seconds=0.2,
@@ -168,17 +171,24 @@ def test_the_publishers_max_age_is_honoured(feed_server: FeedServer, tmp_path: P
 
 
 def test_a_first_document_s_dates_give_the_first_rate():
-    """20 items an hour apart: about one an hour from the first poll on; items a month
-    old or undated teach nothing (the prior stands: the default interval)."""
+    """20 items an hour apart: about one an hour from the first poll on; 20 items over
+    the month before: a quiet feed, polled rarely from its first poll on; undated items
+    teach nothing (the prior stands: the default interval)."""
     hourly = [(f"<item><guid>h{k}</guid></item>", int((T0 - 3600 * k) * 1e6)) for k in range(20)]
     busy = rate_of(after_document(fresh(), hourly, Hints(), T0))
     assert busy.seconds == 19 * 3600 and busy.items == 19  # 19 gaps in 19 hours
     old = [(xml, int(p - 30 * 86400 * 1e6)) for xml, p in hourly]
     quiet = rate_of(after_document(fresh(), old, Hints(), T0))
-    assert quiet.seconds == 0
+    assert quiet.seconds == 86400 and quiet.items < 19 / 30  # a day's worth of a month
+    lone = rate_of(after_document(fresh(), old[-1:], Hints(), T0))  # one item, 31 days old
+    assert lone.seconds == 86400 and abs(lone.items - 1 / 31) < 0.01
+    future = [(xml, int((T0 + 3600) * 1e6)) for xml, _ in hourly]
+    assert rate_of(after_document(fresh(), future, Hints(), T0)).seconds == 0
     undated = rate_of(after_document(fresh(), [(xml, None) for xml, _ in hourly], Hints(), T0))
     assert undated.seconds == 0
     settings = FetchSettings(min_every_seconds=60.0, max_every_seconds=86400.0)
     adaptive = FeedSource("s", "http://h/f", 900.0, fixed=False)
     after = after_document(fresh(), hourly, Hints(), T0)
     assert next_interval(adaptive, after, settings, T0).seconds > 1800  # about an hour
+    monthly = after_document(fresh(), old, Hints(), T0)
+    assert next_interval(adaptive, monthly, settings, T0).seconds > 12 * 3600

@@ -146,8 +146,12 @@ def conditional(
     return route
 
 
-def rss(*items: tuple[str, str], title: str = "Test feed") -> bytes:
-    """A small RSS 2.0 document; each item is (guid, title)."""
+OLD_DATE = "Tue, 10 Jun 2003 04:00:00 GMT"
+
+
+def rss(*items: tuple[str, str], title: str = "Test feed", date: str | None = OLD_DATE) -> bytes:
+    """A small RSS 2.0 document; each item is (guid, title), dated ``date`` (None: no
+    pubDate; the default, in 2003, makes the feed look quiet to adaptive refresh)."""
     parts = [
         '<?xml version="1.0" encoding="utf-8"?>',
         '<rss version="2.0"><channel>',
@@ -157,7 +161,8 @@ def rss(*items: tuple[str, str], title: str = "Test feed") -> bytes:
         parts.append(
             f'<item><title>{item_title}</title><guid isPermaLink="false">{guid}</guid>'
             f"<link>http://example.org/{guid}</link>"
-            "<pubDate>Tue, 10 Jun 2003 04:00:00 GMT</pubDate></item>"
+            + (f"<pubDate>{date}</pubDate>" if date else "")
+            + "</item>"
         )
     parts.append("</channel></rss>")
     return "".join(parts).encode("utf-8")

@@ -62,18 +62,17 @@ def after_document(state: SourceState, items: Items, hints: Hints, now: float) -
 def backlog_rate(items: Items, now: float) -> Rate:
     """A first estimate from a feed's first document: its items' publication dates
     (as Miniflux and NewsBlur do), so that a busy feed is polled often from its second
-    poll on, not after a few polls have taught it.  The n items dated within the last
-    week, over the span s from the oldest of them to now, count as n - 1 items in s;
-    weighed as a day at most, so that what polls see soon outweighs it.  Fewer than two
-    such dates teach nothing (the prior stands)."""
-    dates = sorted(
-        p / MICROS for _, p in items if p is not None and now - WEEK <= p / MICROS <= now
-    )
-    if len(dates) < 2:
+    poll on, not after a few polls have taught it, and a quiet one rarely.  The n dated
+    items, over the span s from the oldest of them to now, count as n - 1 items in s
+    (one item: one in its age); weighed as a day at most, so that what polls see soon
+    outweighs it.  No date teaches nothing (the prior stands).  Dates in the future are
+    ignored; old ones count: twenty items over a year say the feed is quiet."""
+    dates = sorted(p / MICROS for _, p in items if p is not None and p / MICROS <= now)
+    if not dates:
         return Rate()
     span = max(now - dates[0], 1.0)
     weight = min(span, DAY)
-    return Rate(items=(len(dates) - 1) * weight / span, seconds=weight)
+    return Rate(items=max(len(dates) - 1, 1) * weight / span, seconds=weight)
 
 
 def after_not_modified(state: SourceState, headers: Mapping[str, str], now: float) -> SourceState:
