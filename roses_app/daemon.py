@@ -70,6 +70,7 @@ class Daemon(DaemonStatus):
         self.metrics = Metrics(self.snapshot, sources=len(config.sources))
         self.beats = heartbeat_plan(self.streams())
         self._late = WatermarkDrops()  # per query: rows dropped behind the watermark
+        self._query_states = {}  # per query, as last read (see _look_at_queries)
         self.started_at = clock()
         self.counters = {
             "items_spooled": 0,
@@ -266,6 +267,7 @@ class Daemon(DaemonStatus):
             self.mail.start()
             with self._serial:
                 self.queries = self.start_queries(once=False)
+                self._look_at_queries()
             compacted = time.monotonic()
             while not stop.wait(1.0):
                 self._reload_if_asked(reload)
@@ -284,6 +286,7 @@ class Daemon(DaemonStatus):
     def _tick(self, compacted: float) -> float:
         """The loop's work each second; returns when the spool was last compacted."""
         self._check_queries()
+        self._look_at_queries()
         self._count_late()
         if self.beats is not None:
             self._heartbeat(self.beats)
@@ -328,6 +331,7 @@ class Daemon(DaemonStatus):
             self.queries = []
             self._restarts.clear()
             self.queries = self.start_queries(once=False)
+            self._look_at_queries()
 
     def _check_queries(self) -> None:
         """Restart a stream whose query died, from its checkpoint, with backoff.
@@ -404,9 +408,9 @@ class Daemon(DaemonStatus):
         }
 
     def health(self) -> dict[str, Any]:
-        """Status for /healthz: a few py4j calls per query, not per stream."""
+        """Status for /healthz, from what the daemon's loop last read (no py4j call)."""
         queries = self._queries_health()
-        active = {name for r in self.queries if r.query.isActive for name in r.streams}
+        active = self._active_streams()
         # Not healthy until every stream's query runs (the JVM takes seconds to start).
         ok = all(name in active for name in self.config.streams)
         streams = self._streams_health(active)

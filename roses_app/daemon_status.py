@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,16 @@ from roses_app.publish.websub import Hub
 from roses_app.spark.progress import WatermarkDrops
 from roses_app.spool import Spool
 from roses_app.store import Store
+
+
+@dataclass(frozen=True)
+class QueryState:
+    """A Spark query's state as last read from the JVM (see
+    :meth:`DaemonStatus._look_at_queries`)."""
+
+    active: bool
+    status: str | None
+    streams: frozenset[str]
 
 
 class DaemonStatus:
@@ -38,6 +49,7 @@ class DaemonStatus:
     queries: list[Any]
     errors: Any  # Spark accumulator: dropped items per step
     _late: WatermarkDrops  # per query: rows dropped behind the watermark
+    _query_states: dict[str, QueryState]  # per query, replaced whole by each look
 
     def _count_late(self) -> None:
         """Add up the rows each query's stateful operators dropped behind the watermark
@@ -51,18 +63,31 @@ class DaemonStatus:
         (ROSES's own late items, counted per stream, are not among them)."""
         return dict(self._late.dropped)
 
+    def _look_at_queries(self) -> None:
+        """Read each query's state from the JVM for /healthz to answer from: py4j calls
+        take up to hundreds of milliseconds while the JVM is busy, and a probe must not
+        wait for them (the daemon's loop looks every second)."""
+        self._query_states = {
+            r.name: QueryState(bool(r.query.isActive), r.query.status.get("message"), r.streams)
+            for r in list(self.queries)
+        }
+
+    def _active_streams(self) -> set[str]:
+        """The streams whose query ran at the last look."""
+        return {name for s in self._query_states.values() if s.active for name in s.streams}
+
     def _queries_health(self) -> dict[str, Any]:
-        """Each Spark query's state: a few py4j calls per query, not per stream."""
+        """Each Spark query's state at the last look (no py4j call)."""
         late = self.watermark_drops()
         return {
-            r.name: {
-                "active": r.query.isActive,
-                "status": r.query.status.get("message"),
-                "streams": len(r.streams),
+            name: {
+                "active": state.active,
+                "status": state.status,
+                "streams": len(state.streams),
                 # of all its streams together: Spark counts them per operator
-                "rows_dropped_by_watermark": late.get(r.name, 0),
+                "rows_dropped_by_watermark": late.get(name, 0),
             }
-            for r in list(self.queries)
+            for name, state in self._query_states.items()
         }
 
     def _sources_health(self) -> dict[str, Any]:

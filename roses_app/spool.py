@@ -81,7 +81,11 @@ class Spool:
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise SpoolError(f"cannot open the spool at {self.root}: {exc}") from exc
+        self._items = 0
         self._recover()
+        # counted once here, then kept as items are indexed: a count(*) scans millions
+        # of keys, and /healthz asks every second
+        self._items = int(self._db.execute("SELECT count(*) FROM keys").fetchone()[0])
 
     # -- recovery ---------------------------------------------------------------
     def _recover(self) -> None:
@@ -100,10 +104,11 @@ class Spool:
 
     def _index(self, name: str, events: Sequence[Event]) -> None:
         with self._db:
-            self._db.executemany(
+            added = self._db.executemany(
                 "INSERT OR IGNORE INTO keys VALUES (?)",
                 [(e.key,) for e in events if e.item is not None],
-            )
+            ).rowcount
+            self._items += max(added, 0)
             self._db.execute("INSERT OR IGNORE INTO files VALUES (?)", (name,))
             if events:
                 counters = [
@@ -236,7 +241,8 @@ class Spool:
             yield from read_file(path)
 
     def count(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM keys").fetchone()[0])
+        """How many distinct items the spool holds."""
+        return self._items
 
     def compact(self, min_files: int = 2) -> int:
         """Merge the archived files into one (when there are at least ``min_files``);

@@ -129,6 +129,8 @@ def test_health_tells_running_from_published_per_stream(tmp_path: Path) -> None:
         return RunningQuery(name, frozenset(streams), FakeQuery(active), lambda: FakeQuery(True))  # type: ignore[arg-type, return-value]
 
     daemon.queries = [running("stateless", {"plain"}, True), running("gen-1", {"hourly"}, True)]
+    assert not daemon.health()["ok"]  # the loop has not looked at the queries yet
+    daemon._look_at_queries()  # what the daemon's loop does every second
     health = daemon.health()
     assert health["ok"] and set(health["queries"]) == {"stateless", "gen-1"}
     assert health["streams"]["plain"] == {"running": True, "published": False}
@@ -137,11 +139,23 @@ def test_health_tells_running_from_published_per_stream(tmp_path: Path) -> None:
     )
     assert daemon.health()["streams"]["plain"] == {"running": True, "published": True}
     daemon.queries = [running("stateless", {"plain"}, True), running("gen-1", {"hourly"}, False)]
+    daemon._look_at_queries()
     health = daemon.health()
     assert not health["ok"] and health["streams"]["hourly"]["running"] is False
     daemon.queries = [running("stateless", {"plain"}, True)]
+    daemon._look_at_queries()
     assert not daemon.health()["ok"]  # the stateful query is not there yet
+    # /healthz answers from that look: a JVM slow to answer py4j never delays a probe
+    daemon.queries = [RunningQuery("q", frozenset({"plain"}), Unreachable(), Unreachable)]  # type: ignore[arg-type, return-value]
+    assert set(daemon.health()["queries"]) == {"stateless"}
     daemon.close()
+
+
+class Unreachable:
+    """A query whose every py4j call fails the test."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"/healthz called the JVM ({name})")
 
 
 def test_health_counts_streams_above_the_detail_limit(tmp_path: Path, monkeypatch) -> None:
@@ -152,6 +166,7 @@ def test_health_counts_streams_above_the_detail_limit(tmp_path: Path, monkeypatc
     daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
     fake = FakeQuery(True)
     daemon.queries = [RunningQuery("stateless", frozenset({"plain"}), fake, lambda: fake)]  # type: ignore[arg-type, return-value]
+    daemon._look_at_queries()
     health = daemon.health()
     assert not health["ok"]
     assert health["streams"] == {

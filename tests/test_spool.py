@@ -24,6 +24,8 @@ def test_duplicates_are_dropped_and_updates_kept(tmp_path: Path) -> None:
     changed = spool.append("a", [("<item><title>new</title><guid>1</guid></item>", None)])
     assert [e.seq for e in again + changed] == [3, 4]
     assert spool.count() == 4
+    spool.close()
+    assert Spool(tmp_path).count() == 4  # the count kept in memory agrees with the index
 
 
 def test_timestamps_are_monotone_even_when_the_clock_goes_back(tmp_path: Path) -> None:
@@ -54,6 +56,7 @@ def test_interrupted_append_is_reindexed_not_lost_or_repeated(tmp_path: Path) ->
     new = reopened.append("a", items("3"))
     assert new[0].seq == 3 and new[0].ts == 2001
     assert [e.seq for e in reopened.events()] == [1, 2, 3]
+    assert reopened.count() == 3  # the re-indexed item counted once
     assert not list((tmp_path / "tmp").iterdir())
 
 

@@ -134,6 +134,12 @@ def test_parts_and_isolation(store: Store) -> None:
     store.write_batch("q", 1, [OutRow("t", "a/b c", 3, 0, item(3))])
     assert store.parts("t") == ["a/b c", "other", "sport"]
     assert store.streams() == ["t"]
+    # the names read once are kept as streams come and go
+    store.write_batch("q", 2, [OutRow("b", "", 4, 0, item(4))])
+    assert store.streams() == ["b", "t"]
+    store.restart_streams(["t"])
+    assert store.streams() == ["b"]
+    assert Store(store.path).streams() == ["b"]  # what the file says
 
 
 def test_malformed_item_is_dropped_not_fatal(store: Store) -> None:

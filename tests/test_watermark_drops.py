@@ -139,7 +139,8 @@ def test_healthz_and_metrics_tell_the_rows_each_query_dropped(tmp_path: Path) ->
             RunningQuery("stateless", frozenset({"plain"}), Query([]), lambda: None),  # type: ignore[arg-type]
             RunningQuery("gen-1", frozenset({"hourly", "daily"}), windows, lambda: None),  # type: ignore[arg-type]
         ]
-        daemon._count_late()  # (the daemon's loop does it each second)
+        daemon._look_at_queries()  # (the daemon's loop does both each second)
+        daemon._count_late()
         queries = daemon.health()["queries"]
         assert queries["gen-1"]["rows_dropped_by_watermark"] == 3
         assert queries["gen-1"]["streams"] == 2
