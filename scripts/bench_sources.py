@@ -15,7 +15,8 @@ and reports:
   Done: the requests the farm received until the SIGINT (200, 304, 500, unanswered).
   Poll gaps: p50/p99 of the time between two requests of a feed.  Poll lag: p50/p99 of
   the daemon's `roses_poll_lag_seconds` histogram (/metrics, read before the SIGINT),
-  "n/a" when the daemon has none.
+  "n/a" when the daemon has none.  /healthz answer times (every 2 s) and /metrics
+  scrape times (every 15 s) while it polls.
 * completeness: of the items the working feeds published after the farm's start (its
   feeds' history, the 20 items each had before, is left out) and at least --settle
   seconds (default: the longest interval of the mode) before the end, the share found in the
@@ -260,6 +261,7 @@ class Run:
     figures: dict[str, float | None] = field(default_factory=dict)
     per_minute: list[int] = field(default_factory=list)  # requests per minute from the first
     healthz_ms: list[float] = field(default_factory=list)  # /healthz answer times while polling
+    metrics_ms: list[float] = field(default_factory=list)  # /metrics scrapes, every 15 s
 
 
 def wait_for_start(daemon: Daemon, run: Run, deadline: float) -> None:
@@ -281,11 +283,17 @@ def wait_for_end(daemon: Daemon, farm: FeedFarm, run: Run, deadline: float) -> N
     """Sleep until the deadline, checking the daemon (and timing its /healthz: the
     main process must stay responsive while it polls) and printing progress each minute."""
     next_report = time.monotonic() + 60.0
+    next_scrape = time.monotonic()
     while (now := time.monotonic()) < deadline:
         daemon.check_alive()
         asked = time.perf_counter()
         if http_get(daemon.url("/healthz"), timeout=30.0)[0]:
             run.healthz_ms.append((time.perf_counter() - asked) * 1000.0)
+        if now >= next_scrape:  # as Prometheus would (its default interval: 15 s)
+            asked = time.perf_counter()
+            if http_get(daemon.url("/metrics"), timeout=30.0)[0]:
+                run.metrics_ms.append((time.perf_counter() - asked) * 1000.0)
+            next_scrape += 15.0
         if now >= next_report:
             requests = sum(len(f.requests) for f in farm.feeds)
             left = (deadline - now) / 60
@@ -536,7 +544,9 @@ def details(run: Run) -> list[str]:
         f"{pair(f.get('warm_fresh_p50'), f.get('warm_fresh_p99'))} s",
         f"- /healthz while polling: p50 {fmt(_pct(run.healthz_ms, 50), '.0f')} ms, "
         f"p99 {fmt(_pct(run.healthz_ms, 99), '.0f')} ms, max "
-        f"{fmt(max(run.healthz_ms, default=None), '.0f')} ms over {len(run.healthz_ms)}",
+        f"{fmt(max(run.healthz_ms, default=None), '.0f')} ms over {len(run.healthz_ms)}; "
+        f"/metrics scrape p50 {fmt(_pct(run.metrics_ms, 50), '.0f')} ms, p99 "
+        f"{fmt(_pct(run.metrics_ms, 99), '.0f')} ms over {len(run.metrics_ms)}",
         f"- CPU cores: {cores}; farm thread {run.farm_cores:.2f}, bench process "
         f"{run.bench_cores:.2f}; peak RSS: tree {mb(run.peak_tree)} MB, main "
         f"{mb(run.peak_main)} MB",
