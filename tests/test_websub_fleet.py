@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 # verifications in flight to one host: here every callback is on 127.0.0.1), and a
 # change about 15 s to reach them all, on 2 shared cores; this many keep the test
 # under a minute past the daemon's start
-SUBSCRIBERS = 2_000
+SUBSCRIBERS = 1_000
 CHANGES = 3
 START_S = 180  # a JVM's first start on a loaded machine
 VERIFY_S = 120
