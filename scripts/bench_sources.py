@@ -262,6 +262,7 @@ class Run:
     per_minute: list[int] = field(default_factory=list)  # requests per minute from the first
     healthz_ms: list[float] = field(default_factory=list)  # /healthz answer times while polling
     metrics_ms: list[float] = field(default_factory=list)  # /metrics scrapes, every 15 s
+    losers: list[str] = field(default_factory=list)  # the feeds that lost most warm items
 
 
 def wait_for_start(daemon: Daemon, run: Run, deadline: float) -> None:
@@ -463,6 +464,7 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
     round_end = run.first_round_end or run.end
     warm = [g for g, t in items if round_end <= t <= run.end - settle]
     warm_fresh = [spool[g] / 1e6 - t for g, t in items if g in spool and t >= round_end]
+    run.losers = losers(farm, [g for g in warm if g not in spool], run.end)
     return {
         "round_s": round_end - start,
         "warm_eligible": len(warm),
@@ -478,6 +480,24 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
         "fresh_p50": percentile(fresh, 50) if fresh else None,
         "fresh_p99": percentile(fresh, 99) if fresh else None,
     }
+
+
+def losers(farm: FeedFarm, lost: Sequence[str], end: float, top: int = 5) -> list[str]:
+    """The feeds that lost most of the warm items: each with its rate, its polls and
+    their longest gap (why an item was lost: a document filled up between two polls)."""
+    by_feed: dict[int, int] = defaultdict(int)
+    for guid in lost:
+        by_feed[int(guid[1:].partition("-")[0])] += 1
+    out = []
+    for index, count in sorted(by_feed.items(), key=lambda kv: -kv[1])[:top]:
+        feed = farm.feeds[index]
+        times = [t for t in feed.requests if t <= end]
+        gap = max((b - a for a, b in itertools.pairwise(times)), default=math.inf)
+        out.append(
+            f"f{index} lost {count} ({farm.rates_per_hour[index]:.0f} items/h, "
+            f"{len(times)} polls, longest gap {gap:.0f} s)"
+        )
+    return out
 
 
 def figures(
@@ -541,7 +561,8 @@ def details(run: Run) -> list[str]:
         f"- warm, after the first round ({fmt(f.get('round_s'), '.0f')} s from the first "
         f"poll): completeness {fmt(f.get('warm_complete'), '.2f')}% of "
         f"{fmt(f.get('warm_eligible'), ',.0f')}; freshness p50/p99 "
-        f"{pair(f.get('warm_fresh_p50'), f.get('warm_fresh_p99'))} s",
+        f"{pair(f.get('warm_fresh_p50'), f.get('warm_fresh_p99'))} s; most lost: "
+        f"{'; '.join(run.losers) or 'none'}",
         f"- /healthz while polling: p50 {fmt(_pct(run.healthz_ms, 50), '.0f')} ms, "
         f"p99 {fmt(_pct(run.healthz_ms, 99), '.0f')} ms, max "
         f"{fmt(max(run.healthz_ms, default=None), '.0f')} ms over {len(run.healthz_ms)}; "
