@@ -1,7 +1,8 @@
 """Replay fixtures: a config, an event list and the expected output files.
 
 Each fixture runs through the reference evaluator and through Spark; both must write
-exactly the expected files, and Spark's events must be the reference's, seq included.
+exactly the expected files, and Spark's events must be the reference's, seq included,
+and the recorded ones (``tests/replay_golden.py``).
 (The test modules of each operator family check more on the same fixtures without
 running them through Spark again.)
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from replay_golden import check_golden
 
 from roses_app.algebra.reference import RefEvent
 from roses_app.config import load_config
@@ -56,6 +58,7 @@ def test_spark_engine_matches_expected(fixture: Path, tmp_path: Path, spark: obj
     assert outputs == run_reference(config, events)  # the same (ts, seq, item), in order
     write_outputs(outputs, tmp_path, events.iso_times)
     assert tree(tmp_path) == tree(fixture / "expected")
+    check_golden(fixture, "spark", outputs)  # byte for byte as recorded (replay_golden.py)
 
 
 @pytest.mark.spark
