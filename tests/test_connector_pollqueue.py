@@ -30,6 +30,29 @@ def test_due_sources_start_in_due_order_and_not_before():
     assert q.in_flight == 3 and len(q) == 0
 
 
+def test_with_a_backlog_the_earliest_deadline_goes_first():
+    """A first round of many quiet feeds (due at 0, polled every 900 s) must not make a
+    busy feed (due at 60, polled every 60 s) wait behind all of them: by deadline it
+    goes first; a quiet one whose deadline comes first still goes before it."""
+    q = PollQueue(concurrency=1, per_host=10, spacing=0.0)
+    for n in range(5):
+        q.schedule(f"quiet{n}", f"h{n}", 0.0, slack=900.0)
+    q.schedule("busy", "hb", 60.0, slack=60.0)
+    q.schedule("due soon", "hd", 50.0, slack=10.0)
+    assert q.take(0.0) == [("quiet0", 0.0)]
+    q.done("quiet0")
+    assert q.take(70.0) == [("due soon", 50.0)]  # deadline 60
+    q.done("due soon")
+    assert q.take(70.0) == [("busy", 60.0)]  # deadline 120, before the quiet ones' 900
+    q.done("busy")
+    q.schedule("busy", "hb", 880.0, slack=60.0)  # deadline 940: the quiet ones first
+    started = []
+    for _ in range(5):
+        started += q.take(890.0)
+        q.done(started[-1][0])
+    assert [name for name, _ in started] == [f"quiet{n}" for n in range(1, 5)] + ["busy"]
+
+
 def test_concurrency_bounds_polls_in_flight_and_a_done_frees_a_slot():
     q = PollQueue(concurrency=2, per_host=10, spacing=0.0)
     for n in range(5):

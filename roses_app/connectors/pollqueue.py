@@ -3,9 +3,14 @@
 A pure data structure (no clock, no I/O: the caller passes ``now``), so its rules are
 tested with made-up times.  The rules:
 
-* a source is *due* at its time; due sources start in due order (the most overdue
-  first), never dropped: one that waits is started late, and the caller counts the
-  lag;
+* a source is *due* at its time, and has a *deadline*: its due time plus a slack (the
+  caller gives its interval: a poll later than that is as good as one skipped).  Due
+  sources start by deadline, earliest first, never dropped: one that waits is started
+  late, and the caller counts the lag.  When polls cannot keep up (100,000 new feeds'
+  first round, a slow machine), a busy feed polled every minute goes before a quiet
+  one polled every fifteen that has waited longer, and no source waits past its
+  deadline while one with a later deadline starts (earliest deadline first); without
+  a backlog the order does not matter: every due source starts at once;
 * at most ``concurrency`` polls are in flight at once, all hosts together (from the
   fetch's start to the poll's end, its document parsed and written);
 * at most ``per_host`` fetches to one host (``host:port``), and two starts on one
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -47,6 +52,10 @@ class _Entry:
     at: float
     n: int
     name: str = field(compare=False)
+    deadline: float = field(compare=False, default=0.0)
+
+
+Waiting = tuple[float, float, int, str]  # deadline, due time, insertion order, source
 
 
 class PollQueue:
@@ -60,7 +69,7 @@ class PollQueue:
         self._heap: list[_Entry] = []
         self._due: dict[str, float] = {}  # scheduled sources (heap entries may be stale)
         self._host: dict[str, str] = {}
-        self._lines: dict[str, deque[tuple[float, str]]] = {}  # host -> due, waiting
+        self._lines: dict[str, list[Waiting]] = {}  # host -> heap of its due sources
         self._busy: Counter[str] = Counter()  # host -> polls in flight
         self._next_start: dict[str, float] = {}  # host -> earliest next start
         self._running: set[str] = set()  # polls in flight, until done()
@@ -71,15 +80,17 @@ class PollQueue:
         """Sources scheduled or waiting for their host (not those in flight)."""
         return len(self._due)
 
-    def schedule(self, name: str, host: str, at: float) -> None:
-        """Due at ``at`` (a new time replaces the old one; ignored while in flight)."""
+    def schedule(self, name: str, host: str, at: float, slack: float = 0.0) -> None:
+        """Due at ``at``, its deadline ``slack`` seconds later (a new time replaces the
+        old one; ignored while in flight)."""
         if name in self._running:
             raise ValueError(f"{name} is in flight: schedule it after done()")
         if self._due.get(name) == at:
             return
         self._due[name] = at
         self._host[name] = host
-        heapq.heappush(self._heap, _Entry(at, next(self._counter), name))
+        deadline = at + max(0.0, slack)
+        heapq.heappush(self._heap, _Entry(at, next(self._counter), name, deadline))
 
     def unschedule(self, name: str) -> None:
         self._due.pop(name, None)  # its heap entry or line place is skipped when met
@@ -144,21 +155,21 @@ class PollQueue:
     # -- the steps ---------------------------------------------------------------------
 
     def _move_due(self, now: float) -> None:
-        """Due sources leave the heap for their host's line, in due order."""
+        """Due sources leave the heap for their host's line, ordered by deadline."""
         heap = self._heap
         while heap and heap[0].at <= now:
             entry = heapq.heappop(heap)
             if self._due.get(entry.name) != entry.at:
                 continue  # stale
-            host = self._host[entry.name]
-            self._lines.setdefault(host, deque()).append((entry.at, entry.name))
+            line = self._lines.setdefault(self._host[entry.name], [])
+            heapq.heappush(line, (entry.deadline, entry.at, entry.n, entry.name))
 
     def _open_hosts(self, now: float) -> list[tuple[float, str]]:
-        """Hosts that may start a poll now, the one with the most overdue source first."""
+        """Hosts that may start a poll now, the one with the earliest deadline first."""
         hosts = []
         for host, line in list(self._lines.items()):
-            while line and self._due.get(line[0][1]) != line[0][0]:
-                line.popleft()  # unscheduled or rescheduled meanwhile
+            while line and self._due.get(line[0][3]) != line[0][1]:
+                heapq.heappop(line)  # unscheduled or rescheduled meanwhile
             if not line:
                 del self._lines[host]
                 continue
@@ -170,7 +181,7 @@ class PollQueue:
     def _next_in_line(self, host: str) -> tuple[float, str] | None:
         line = self._lines.get(host)
         while line:
-            at, name = line.popleft()
+            _, at, _, name = heapq.heappop(line)
             if self._due.get(name) == at:
                 return at, name
         return None

@@ -86,5 +86,8 @@ class PushIn:
         if due is not None:  # pushes stand in for polls now: the next one moves out
             interval = self._interval(feed, None, self.clock())
             self.queue.schedule(
-                source, host_of(feed.url), max(due, self.clock() + interval.seconds)
+                source,
+                host_of(feed.url),
+                max(due, self.clock() + interval.seconds),
+                slack=interval.seconds,
             )

@@ -220,7 +220,7 @@ class FeedScheduler(BudgetShares, PushIn):
                 at = max(now, (state.last_attempt_at or 0.0) + interval, state.next_allowed_at)
                 at = min(at, now + interval)  # a clock moved back
             with contextlib.suppress(ValueError):  # in flight: scheduled when it ends
-                self.queue.schedule(name, host_of(source.url), at)
+                self.queue.schedule(name, host_of(source.url), at, slack=interval)
 
     def update_sources(self, sources: Mapping[str, SourceConfig]) -> None:
         """Poll the feed sources of ``sources`` from now on (a config reloaded): new
@@ -322,7 +322,8 @@ class FeedScheduler(BudgetShares, PushIn):
                 interval_seconds=at - self.clock(),
                 interval_reason=chosen.reason if chosen is not None else "",
             )
-            self.queue.schedule(name, host_of(source.url), at)
+            # its deadline: the interval again (later, the poll is as good as skipped)
+            self.queue.schedule(name, host_of(source.url), at, slack=at - self.clock())
             self._arm()
         self._record(result)
         return result
