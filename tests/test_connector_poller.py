@@ -5,6 +5,7 @@ Every test drives a real HTTP server on 127.0.0.1 and a fake clock.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,13 +292,14 @@ def test_changed_configured_url_starts_over(rig: Rig):
 
 
 def test_a_document_of_too_many_entries_gives_its_first_ones(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """What one poll hands the spool is bounded (xmlize.MAX_ENTRIES), not the document."""
-    from roses_app.connectors import xmlize
-
-    monkeypatch.setattr(xmlize, "MAX_ENTRIES", 3)
+    """What one poll hands the spool is bounded (settings.fetch.max_items), not the
+    document."""
     rig.server.routes["/feed"] = conditional(rss(*((f"g{k}", f"item {k}") for k in range(5))))
+    settings = dataclasses.replace(SETTINGS, max_items=3)
+    rig.poller.close()
+    rig.poller = Poller(rig.store, settings, rig.clock, rig.sink)
     with caplog.at_level("WARNING"):
         result = rig.poller.poll(rig.source("/feed"))
     assert result.status == "ok" and result.n_items == 3

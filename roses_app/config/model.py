@@ -50,6 +50,7 @@ class FetchSettings:
     per_host: int = 4  # fetches in flight to one host (host:port)
     host_spacing_seconds: float = 0.1  # between two fetch starts on one host
     parse_workers: int = 1  # processes that parse and xml-ize fetched documents
+    max_items: int = 10_000  # entries taken from one document, its first (newest) ones
     min_every_seconds: float = 120.0  # adaptive refresh: never more often
     max_every_seconds: float = 3600.0  # adaptive refresh: never less often
     budget_per_hour: float | None = None  # adaptive refresh: polls per hour, all sources

@@ -112,6 +112,7 @@ FETCH_KEYS = (
     "per_host",
     "host_spacing",
     "parse_workers",
+    "max_items",
     "min_every",
     "max_every",
     "budget",
@@ -141,6 +142,7 @@ def _fetch(problems: Problems, f: Section, d: FetchSettings) -> FetchSettings:
         per_host=f.integer("per_host", d.per_host, minimum=1, maximum=1_000),
         host_spacing_seconds=f.duration("host_spacing", d.host_spacing_seconds, positive=False),
         parse_workers=f.integer("parse_workers", d.parse_workers, minimum=1, maximum=64),
+        max_items=f.integer("max_items", d.max_items, minimum=1, maximum=1_000_000),
         min_every_seconds=min_every,
         max_every_seconds=max_every,
         budget_per_hour=None

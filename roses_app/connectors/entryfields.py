@@ -8,8 +8,11 @@ or raise on keys they cannot derive; :func:`get_field` reads what is really ther
 
 from __future__ import annotations
 
+import calendar
 import html
+import mimetypes
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
@@ -17,6 +20,7 @@ from urllib.parse import urljoin
 import lxml.html
 from lxml import etree
 
+from roses_app.items import MICROS, rfc822
 from roses_app.urls import web_url
 
 # Everything outside the XML 1.0 Char production (control characters, lone
@@ -140,3 +144,57 @@ def rss_author(entry: Mapping[str, Any], dropped: list[str]) -> str:
     if not email:
         return ""
     return f"{email} ({name})" if name else email
+
+
+# Built-in table only (not /etc/mime.types), so every machine guesses the same.
+_MIME = mimetypes.MimeTypes()
+
+
+def feed_link(feed: Mapping[str, Any], rel: str) -> str | None:
+    """The first http(s) link of the channel with relation ``rel``."""
+    for link in feed.get("links") or []:
+        href = str(link.get("href") or "").strip() if isinstance(link, Mapping) else ""
+        if link.get("rel") == rel and href.lower().startswith(("http://", "https://")):
+            return href
+    return None
+
+
+def first_content(entry: Mapping[str, Any]) -> str:
+    for content in dict_list(get_field(entry, "content")):
+        value = clean_text(content.get("value", ""))
+        if value.strip():
+            return value
+    return ""
+
+
+def enclosure_length(value: Any) -> str:
+    text = clean_text(value).strip()
+    return text if text.isdigit() else "0"
+
+
+def enclosure_type(value: Any, url: str) -> str:
+    text = clean_text(value).strip()
+    if text:
+        return text
+    guessed, _ = _MIME.guess_type(url, strict=False)
+    return guessed or "application/octet-stream"
+
+
+def micros_of_struct(value: Any) -> int | None:
+    if not isinstance(value, time.struct_time) and not isinstance(value, tuple):
+        return None
+    try:
+        micros = calendar.timegm((*tuple(value)[:6], 0, 0, 0)) * MICROS
+        rfc822(micros)  # must be representable as a date
+        return micros
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def published_micros(entry: Mapping[str, Any]) -> int | None:
+    """The entry's publication time (else its update time) in µs, or None."""
+    for key in ("published_parsed", "updated_parsed", "created_parsed"):
+        micros = micros_of_struct(get_field(entry, key))
+        if micros is not None:
+            return micros
+    return None

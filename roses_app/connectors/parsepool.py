@@ -68,8 +68,9 @@ def _alive(pid: int) -> bool:
 class ParsePool:
     """A process pool for :func:`parse_document`, used from one event loop."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, max_items: int | None = None) -> None:
         self.workers = max(1, workers)
+        self.max_items = max_items  # entries taken from a document (fetch.max_items)
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(PRELOAD)
         self._pool = self._new_pool()
@@ -90,7 +91,7 @@ class ParsePool:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(
-                pool, parse_document, body, url, dict(headers), categories
+                pool, parse_document, body, url, dict(headers), categories, self.max_items
             )
         except BrokenProcessPool as exc:
             if pool is self._pool:

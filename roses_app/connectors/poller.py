@@ -86,10 +86,15 @@ class Parsed:
 
 
 def parse_document(
-    body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
+    body: bytes,
+    url: str,
+    headers: Mapping[str, str],
+    categories: tuple[str, ...],
+    max_items: int | None = None,
 ) -> Parsed:
-    """Parse and xml-ize a document (picklable both ways: runs in parse workers)."""
-    feed = parse_feed(body, url, headers)
+    """Parse and xml-ize a document, its first ``max_items`` entries (picklable both
+    ways: runs in parse workers)."""
+    feed = parse_feed(body, url, headers, max_items)
     hints = hints_from({}, body, headers, time.time())
     return Parsed(feed, add_categories(feed.entries, categories), hints)
 
@@ -357,7 +362,7 @@ class Poller:
             fetch_settings,
             clock,
             fetcher,
-            _parse_in_line,
+            self._parse_in_line,
             self._commit,
             backoff_tolerance=backoff_tolerance,
         )
@@ -371,6 +376,11 @@ class Poller:
         with self._lock_for(source.name):
             return self._loop.run(self.core.poll(source, force))
 
+    async def _parse_in_line(
+        self, body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
+    ) -> Parsed:
+        return parse_document(body, url, headers, categories, self.settings.max_items)
+
     async def _commit(self, name: str, items: Items, state: SourceState) -> None:
         if items:
             self.sink(name, items)
@@ -380,9 +390,3 @@ class Poller:
         if not self._loop.loop.is_closed():
             self._loop.run(self.core.fetcher.aclose())
             self._loop.close()
-
-
-async def _parse_in_line(
-    body: bytes, url: str, headers: Mapping[str, str], categories: tuple[str, ...]
-) -> Parsed:
-    return parse_document(body, url, headers, categories)

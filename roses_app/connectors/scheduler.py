@@ -153,7 +153,7 @@ class FeedScheduler(BudgetShares, PushIn):
     async def _open(self) -> None:
         """The connector's parts, made on the loop that uses them."""
         self.fetcher = AsyncFetcher(self.settings, self.clock, base_dir=self.base_dir)
-        self.parser = ParsePool(self.settings.parse_workers)
+        self.parser = ParsePool(self.settings.parse_workers, self.settings.max_items)
         self.committer = Committer(self.sink_many, self.states)
         self.committer.start()
         self.poller = AsyncPoller(

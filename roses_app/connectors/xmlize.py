@@ -36,12 +36,9 @@ spool's content-hash deduplication works.
 
 from __future__ import annotations
 
-import calendar
 import io
 import logging
-import mimetypes
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,12 +46,19 @@ from typing import Any
 import feedparser
 from lxml import etree
 
+from roses_app.connectors.entrycut import cut_entries
 from roses_app.connectors.entryfields import (
     clean_text,
     dict_list,
+    enclosure_length,
+    enclosure_type,
+    feed_link,
+    first_content,
     get_field,
     is_web_url,
+    micros_of_struct,
     plain_field,
+    published_micros,
     rss_author,
     source_of,
     text_field,
@@ -62,7 +66,7 @@ from roses_app.connectors.entryfields import (
 )
 from roses_app.connectors.entrylinks import entry_link, own_links
 from roses_app.errors import FeedParseError
-from roses_app.items import FEED_NAMESPACES, MICROS, iso8601, rfc822
+from roses_app.items import FEED_NAMESPACES, iso8601, rfc822
 from roses_app.urls import taxonomy
 
 log = logging.getLogger(__name__)
@@ -75,9 +79,6 @@ ITUNES_NS = FEED_NAMESPACES["itunes"]
 _PREFIX_OF = {uri: prefix for prefix, uri in FEED_NAMESPACES.items()}
 
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]*$")
-
-# Built-in table only (not /etc/mime.types), so every machine guesses the same.
-_MIME = mimetypes.MimeTypes()
 
 # feedparser flags these as "bozo" although the document parsed fine.
 _BENIGN_BOZO = (
@@ -117,7 +118,7 @@ class ParsedFeed:
     bozo: bool = False  # feedparser had to recover from an error
     bozo_message: str = ""
     skipped: int = 0  # entries that could not be written (logged); should stay 0
-    left_out: int = 0  # entries past MAX_ENTRIES, not taken (logged)
+    left_out: int = 0  # entries past max_items, not taken (logged)
     dropped: int = 0  # fields dropped as invalid (logged): bad dates, URIs, addresses
     hub: str | None = None  # a WebSub hub the feed names (<atom:link rel="hub">)
     self_url: str | None = None  # its own URL (<atom:link rel="self">): the WebSub topic
@@ -125,61 +126,100 @@ class ParsedFeed:
 
 # -- parsing -------------------------------------------------------------------------
 
-# Entries taken from one document, in its order (a feed's newest come first): what
-# xml-izing, the spool and the daemon hold of one poll is bounded by this, not by the
-# document (a 20 MB feed of 100,000 small items took the daemon to 650 MB before).
+# Entries taken from one document, in its order (a feed's newest come first), unless
+# settings.fetch.max_items says otherwise: what parsing, xml-izing, the spool and the
+# daemon hold of one poll is bounded by this, not by the document (a 20 MB feed of
+# 100,000 small items took the daemon to 650 MB before).
 MAX_ENTRIES = 10_000
+# Entries feedparser reads at once: a larger document is parsed in parts of this many
+# (entrycut.py), so that feedparser's dictionaries and lxml's tree of one part are what
+# a parse worker holds beside the document and the items, whatever max_items is.
+PARSE_CHUNK = 1_000
 
 
-def parse_feed(body: bytes, url: str, headers: Mapping[str, str] | None = None) -> ParsedFeed:
-    """Parse a fetched document; raise :class:`FeedParseError` when it is not a feed."""
+def parse_feed(
+    body: bytes,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    max_items: int | None = None,
+) -> ParsedFeed:
+    """Parse a fetched document, its first ``max_items`` entries (default
+    :data:`MAX_ENTRIES`); raise :class:`FeedParseError` when it is not a feed."""
     if not body or not body.strip():
         raise FeedParseError(f"{url}: empty document")
+    limit = MAX_ENTRIES if max_items is None else max_items
+    cut = cut_entries(body, limit, PARSE_CHUNK)
     response_headers = {k.lower(): v for k, v in (headers or {}).items()}
     if url.startswith(("http:", "https:")):
         response_headers.setdefault("content-location", url)
-    try:
-        result = feedparser.parse(
-            io.BytesIO(body),
-            response_headers=response_headers,
-            resolve_relative_uris=True,
-            sanitize_html=True,
-        )
-    except Exception as exc:  # feedparser has crash bugs on hostile input
-        raise FeedParseError(f"{url}: feedparser failed: {type(exc).__name__}: {exc}") from exc
-    raw_entries = list(result.get("entries") or [])
-    left_out = max(0, len(raw_entries) - MAX_ENTRIES)
-    del raw_entries[MAX_ENTRIES:]
+    parts = cut.parts()
+    part = next(parts)
+    result = _feedparse(part, url, response_headers)
     feed = result.get("feed") or {}
-    version = clean_text(result.get("version") or "")
+    version, bozo_message = _check_feed(result, url)
     bozo = bool(result.get("bozo"))
-    bozo_message = ""
-    if bozo:
-        problem = result.get("bozo_exception")
-        if problem is not None:
-            bozo_message = clean_text(f"{type(problem).__name__}: {problem}")
-    title = clean_text(feed.get("title", "")).strip()
-    serious = bozo and not isinstance(result.get("bozo_exception"), _BENIGN_BOZO)
-    if not raw_entries and (not version or (serious and not title)):
-        why = bozo_message or "no feed elements found"
-        raise FeedParseError(f"{url}: not an RSS/Atom feed ({why})")
     problems: list[str] = []
-    entries, skipped = _xmlize_all(raw_entries, feed, body, url, version, problems)
+    entries: list[tuple[str, int | None]] = []
+    found = skipped = 0
+    hub, self_url = feed_link(feed, "hub"), feed_link(feed, "self")
+    while True:
+        raw_entries = list(result.get("entries") or [])
+        found += len(raw_entries)
+        del raw_entries[max(0, limit - len(entries) - skipped) :]
+        taken, failed = _xmlize_all(raw_entries, feed, part, url, version, problems)
+        entries += taken
+        skipped += failed
+        part = next(parts, b"")
+        if not part:
+            break
+        result = _feedparse(part, url, response_headers)  # a later part of the document
+        bozo = bozo or bool(result.get("bozo"))
+        links = result.get("feed") or {}  # what the channel says after its entries
+        hub, self_url = hub or feed_link(links, "hub"), self_url or feed_link(links, "self")
     for problem in problems:
         log.warning("%s: %s", url, problem)
     return ParsedFeed(
-        title=title,
+        title=clean_text(feed.get("title", "")).strip(),
         link=clean_text(feed.get("link", "")).strip(),
         entries=entries,
         version=version,
         bozo=bozo,
         bozo_message=bozo_message,
         skipped=skipped,
-        left_out=left_out,
+        left_out=max(0, found - limit, (cut.entries or 0) - limit),
         dropped=len(problems),
-        hub=_link(feed, "hub"),
-        self_url=_link(feed, "self"),
+        hub=hub,
+        self_url=self_url,
     )
+
+
+def _check_feed(result: Any, url: str) -> tuple[str, str]:
+    """feedparser's name for the format, and its error when it had to recover from one;
+    raise :class:`FeedParseError` when the document is no feed."""
+    feed = result.get("feed") or {}
+    version = clean_text(result.get("version") or "")
+    bozo_message = ""
+    problem = result.get("bozo_exception") if result.get("bozo") else None
+    if problem is not None:
+        bozo_message = clean_text(f"{type(problem).__name__}: {problem}")
+    title = clean_text(feed.get("title", "")).strip()
+    serious = result.get("bozo") and not isinstance(problem, _BENIGN_BOZO)
+    if not result.get("entries") and (not version or (serious and not title)):
+        why = bozo_message or "no feed elements found"
+        raise FeedParseError(f"{url}: not an RSS/Atom feed ({why})")
+    return version, bozo_message
+
+
+def _feedparse(body: bytes, url: str, headers: Mapping[str, str]) -> Any:
+    try:
+        return feedparser.parse(
+            io.BytesIO(body),
+            response_headers=headers,
+            resolve_relative_uris=True,
+            sanitize_html=True,
+        )
+    except Exception as exc:  # feedparser has crash bugs on hostile input
+        raise FeedParseError(f"{url}: feedparser failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _xmlize_all(
@@ -206,15 +246,6 @@ def _xmlize_all(
             skipped += 1
             log.warning("%s: skipped an entry that cannot be written as an item: %s", url, exc)
     return entries, skipped
-
-
-def _link(feed: Mapping[str, Any], rel: str) -> str | None:
-    """The first http(s) link of the channel with relation ``rel``."""
-    for link in feed.get("links") or []:
-        href = str(link.get("href") or "").strip() if isinstance(link, Mapping) else ""
-        if link.get("rel") == rel and href.lower().startswith(("http://", "https://")):
-            return href
-    return None
 
 
 # -- writing -------------------------------------------------------------------------
@@ -252,47 +283,6 @@ class _ItemBuilder:
         return root
 
 
-def _micros_of_struct(value: Any) -> int | None:
-    if not isinstance(value, time.struct_time) and not isinstance(value, tuple):
-        return None
-    try:
-        micros = calendar.timegm((*tuple(value)[:6], 0, 0, 0)) * MICROS
-        rfc822(micros)  # must be representable as a date
-        return micros
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-
-
-def published_micros(entry: Mapping[str, Any]) -> int | None:
-    """The entry's publication time (else its update time) in µs, or None."""
-    for key in ("published_parsed", "updated_parsed", "created_parsed"):
-        micros = _micros_of_struct(get_field(entry, key))
-        if micros is not None:
-            return micros
-    return None
-
-
-def _first_content(entry: Mapping[str, Any]) -> str:
-    for content in dict_list(get_field(entry, "content")):
-        value = clean_text(content.get("value", ""))
-        if value.strip():
-            return value
-    return ""
-
-
-def _length(value: Any) -> str:
-    text = clean_text(value).strip()
-    return text if text.isdigit() else "0"
-
-
-def _enclosure_type(value: Any, url: str) -> str:
-    text = clean_text(value).strip()
-    if text:
-        return text
-    guessed, _ = _MIME.guess_type(url, strict=False)
-    return guessed or "application/octet-stream"
-
-
 def xmlize_entry(
     entry: Mapping[str, Any],
     feed: Mapping[str, Any],
@@ -321,7 +311,7 @@ def xmlize_entry(
         dropped.append(f"link {link!r} of {guid or title!r} is not a web URL: dropped")
     link = web_uri(link, feed_url)
     summary = clean_text(get_field(entry, "summary") or "")
-    content = _first_content(entry)
+    content = first_content(entry)
     description = summary if summary.strip() else content
     if title:
         b.add("title", title)
@@ -388,7 +378,7 @@ def _add_enclosures(
         if url in seen:
             continue
         seen.add(url)
-        kind, length = _enclosure_type(enc.get("type"), url), _length(enc.get("length"))
+        kind, length = enclosure_type(enc.get("type"), url), enclosure_length(enc.get("length"))
         b.add("enclosure", None, [("url", url), ("type", kind), ("length", length)])
 
 
@@ -419,7 +409,7 @@ def _add_extensions(
     if rights:
         b.add("rights", rights, ns=DC_NS)
 
-    updated = _micros_of_struct(get_field(entry, "updated_parsed"))
+    updated = micros_of_struct(get_field(entry, "updated_parsed"))
     if updated is not None and updated != published:
         b.add("updated", iso8601(updated), ns=ATOM_NS)
 
