@@ -74,8 +74,10 @@ roses_install() {
     printf '%s %s\n' "$hash" "$extras" >"$ROSES_STAMP"
 }
 
-# pyspark's Python workers run its installed, compiled code (roses_app/spark/pydaemon.py
-# drops its zips from their path for that): compile it when its bytecode is missing.  pip
+# pyspark's Python workers import its installed code (roses_app/spark/pydaemon.py drops
+# its zips from their path for that), whose bytecode makes them start faster: compile it
+# when it is missing.  Only speed depends on it: tests/test_pydaemon.py checks the
+# workers' imports with no bytecode at all, under PYTHONDONTWRITEBYTECODE.  pip
 # compiles what it installs from a wheel, but installs pyspark (an sdist) with its
 # legacy 'setup.py install' when the venv lacks the wheel package (Debian 12's does),
 # which writes no bytecode under PYTHONDONTWRITEBYTECODE; nor do the workers then.

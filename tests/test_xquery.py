@@ -411,7 +411,6 @@ def test_threads_may_call_concurrently() -> None:
     assert results == [expected] * 20
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_worker_gets_its_own_processor() -> None:
     query = XQuery("<item>{ $i/title }<pid/></item>", "fork.xq")
     expected = mutate_batch(query, (), [PLAIN])  # the parent has a processor now

@@ -120,7 +120,6 @@ def test_a_helper_that_dies_is_replaced(two_processes: None) -> None:
     assert mutate_batch(QUERY, (), items(30), lambda xml, exc: None) == expected
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_starts_its_own_helpers(two_processes: None) -> None:
     expected = mutate_batch(QUERY, (), items(30), lambda xml, exc: None)
     (parents,) = xqpool._pool["helpers"]

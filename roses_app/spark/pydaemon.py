@@ -50,10 +50,17 @@ def bundled_zips(path: Sequence[str]) -> list[str]:
     return found
 
 
-def main() -> None:
-    limit_memory(memory_from_env(os.environ.get(MEMORY_ENV, "")))
+def drop_bundled_zips() -> None:
+    """Take :func:`bundled_zips` off ``sys.path``: pyspark is then imported from its
+    source files, whose bytecode Python reads or writes (where it may) as for any
+    module; whether that bytecode exists yet changes only how fast workers start."""
     zips = set(bundled_zips(sys.path))
     sys.path[:] = [entry for entry in sys.path if entry not in zips]
+
+
+def main() -> None:
+    limit_memory(memory_from_env(os.environ.get(MEMORY_ENV, "")))
+    drop_bundled_zips()
     from pyspark.daemon import manager
 
     manager()
