@@ -4,8 +4,8 @@ time window, one per closed window (and key), stamped with its bounds and guid.
 
 Over publication time, the windows :mod:`roses_app.algebra.lateness` runs take their
 items in arrival order (:func:`_late_windows`); the others read a released run of
-operators (:func:`~roses_app.algebra.reference_time.released_run`), where every time
-is decided and a periodic window closes once a later time has been released.
+operators (:func:`~roses_app.algebra.reference_release.timed_input`), where every
+time is decided and a periodic window closes once a later time has been released.
 """
 
 from __future__ import annotations
@@ -21,33 +21,26 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_time import (
-    ALL_DECIDED,
-    Group,
+from roses_app.algebra.reference_release import (
     released_events,
-    released_run,
     run_chain,
-    time_groups,
+    timed_input,
 )
+from roses_app.algebra.reference_time import Group, time_groups
 from roses_app.algebra.windows import closed_windows, periodic_input
 
 
 def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
-    released = late_sequential(node) is not None
     periodic = periodic_input(node.input)
     if periodic is not None:
         below, spec = periodic
-        if released:
-            events = released_run(node, ctx, stop=below)
-            # a window closes once a later time has been released
+        events, horizon = timed_input(node, ctx, below)
+        if late_sequential(node) is not None:  # a window closes once a later time is released
             horizon = max((e.ts for e in events), default=0)
-        else:
-            events, horizon = run(below, ctx), ctx.horizon
         closed = closed_windows(items_only(events), spec, horizon)
         return [(end, start, end, None, content) for start, end, content in closed]
-    if released:  # what is released is final: every time is decided
-        return time_groups(items_only(released_run(node, ctx, stop=node.input)), ALL_DECIDED)
-    return time_groups(items_only(run(node.input, ctx)), ctx.horizon)
+    events, horizon = timed_input(node, ctx)
+    return time_groups(items_only(events), horizon)
 
 
 def _keyed(ctx: Context, by: str, groups: list[Group]) -> list[Group]:

@@ -1,29 +1,182 @@
-"""The reference evaluator's released runs over publication time (windows, deltas,
-nests, and the aggregates and groups that read them): their input events as
-:class:`roses_app.algebra.release.Release` releases them (in time order, once final),
-or the results of operators as their last clocks decided them
-(:mod:`roses_app.algebra.release_fed`), from the whole event list (see
-:func:`roses_app.algebra.reference_time.released_run`)."""
+"""How the reference evaluator's operators of time read their input, one rule for
+both times, parameterized by each item's time and the allowed lateness.
+
+In ingest time items come in time order and none is late: an operator reads its input
+as it comes, a time decided before the watermark (``ctx.horizon``).  Over publication
+time a window, delta, nest, unnest or windowed grouping (and an aggregate or group
+over such a run) reads what :class:`~roses_app.algebra.release.Release` gives out, in
+time order once final, or the results below it as their clocks decided them
+(:mod:`roses_app.algebra.release_fed`): :func:`timed_input`; a join, semijoin or
+difference reads its sides without the items too late: :func:`timed_sides`.  Each
+operator's one step (:data:`STEPS`, :mod:`roses_app.algebra.reference_time`) runs
+over that input."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
-from roses_app.algebra.eventtime import released_joined
-from roses_app.algebra.lateness import Arrival, arrival_groups
-from roses_app.algebra.plan import Node
-from roses_app.algebra.reference_registry import Context, RefEvent, items_only, ordered, run
-from roses_app.algebra.release import Release
+from roses_app.algebra.eventtime import (
+    late_joined,
+    late_sequential,
+    released_chain,
+    released_joined,
+)
+from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
+from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, arrival_groups
+from roses_app.algebra.plan import Diff, Join, Node, Semijoin, Window, WindowSpec
+from roses_app.algebra.reference_registry import (
+    Context,
+    RefEvent,
+    heartbeats,
+    items_only,
+    ordered,
+    run,
+)
+from roses_app.algebra.release import Release, release_lateness
 from roses_app.algebra.release_fed import (
     RESULT_NAME,
     FedBranch,
     fed_branches,
     fed_horizon,
     fed_items,
+    fed_release,
     last_versions,
     side_inputs,
 )
+
+ALL_DECIDED = 2**63 - 1  # a horizon past every time
+
+# One operator's step: its input events in time order (heartbeats included), the
+# operator (Any: each step takes its own node type), the evaluation, and the
+# horizon before which a time is decided.
+Step = Callable[[list[RefEvent], Any, Context, int], list[RefEvent]]
+STEPS: dict[type[Node], Step] = {}
+
+
+def step(node_type: type[Node]) -> Callable[[Step], Step]:
+    """Registers the one step of ``node_type`` (both times run it)."""
+
+    def add(function: Step) -> Step:
+        STEPS[node_type] = function
+        return function
+
+    return add
+
+
+def timed_input(node: Node, ctx: Context, below: Node | None = None) -> tuple[list[RefEvent], int]:
+    """The events ``node`` reads from ``below`` (default: its input), in time order,
+    and the horizon before which their times are decided: as they come and the
+    watermark over ingest time; released, every time decided, over publication time."""
+    below = node.input if below is None else below  # type: ignore[attr-defined]
+    if late_sequential(node) is None:
+        return run(below, ctx), ctx.horizon
+    return released_run(node, ctx, stop=below), ALL_DECIDED
+
+
+def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefEvent]:
+    """The events of ``stop`` (default ``top``) in the run of operators ``top`` ends
+    over publication time (:func:`~roses_app.algebra.eventtime.released_chain`): the
+    events of the stateless plan below as :class:`Release` gives them out (with
+    ``top``'s lateness; the items too late go to ``ctx.late[top]``), or the results of
+    operators below as their clocks decided them (:func:`fed_released`), through each
+    operator's step, every time decided and heartbeats passed on (as the Spark stages
+    do)."""
+    return run_chain(top, released_events(top, ctx), ctx, stop)
+
+
+def released_events(top: Node, ctx: Context) -> list[RefEvent]:
+    """What the release of the run ``top`` ends gives out (see :func:`released_run`),
+    every time it releases; records what a run over its results knows is decided."""
+    below = late_sequential(top)
+    assert below is not None
+    lateness = release_lateness(top, ctx.lateness)
+    if fed_release(top):
+        events = fed_released(below, ctx, top, lateness)
+    else:
+        events = released(run(below, ctx), ctx, lateness, top)
+    # what a run over this one's results knows is decided, and sees pass
+    last = max((e.ts for e in events), default=None)
+    ctx.settled[top] = (last, heartbeats(events))
+    return events
+
+
+def run_chain(
+    top: Node, events: list[RefEvent], ctx: Context, stop: Node | None = None
+) -> list[RefEvent]:
+    """``events`` (:func:`released_events`) through the steps of ``top``'s run up to
+    ``stop`` (default ``top``; the plan below: none).  An aggregate or a group of the
+    run has no step here: its handler reads the run."""
+    stop = top if stop is None else stop
+    if stop is late_sequential(top):
+        return events
+    for node in released_chain(top):
+        found = STEPS.get(type(node))
+        if found is not None:
+            events = found(events, node, ctx, ALL_DECIDED)
+        if node is stop:
+            break
+    return events
+
+
+# -- binary operators: joins, semijoin, diff -------------------------------------------
+
+Decided = Callable[[int], bool]  # whether an item at that time can get no new partner
+
+
+def side(node: Node) -> tuple[Node, WindowSpec | None]:
+    """A binary operator's input: the stream below a window, and the window (None: ω0)."""
+    if isinstance(node, Window):
+        return node.input, node.spec
+    return node, None
+
+
+def timed_sides(
+    ctx: Context, node: Join | Semijoin | Diff
+) -> tuple[list[RefEvent], list[RefEvent], Decided]:
+    """Both sides' events, and which items surely have no new partner (one rule:
+    :func:`~roses_app.algebra.latejoin.decided`).  In ingest time nothing is late, the
+    clock is the watermark and the lateness 0; over publication time
+    (:func:`late_joined`) the items too late are left out, taken in arrival order, at
+    the last clock and the join's lateness; over operators' results
+    (:func:`released_joined`), the same over what both sides released, in time order
+    (nothing is late)."""
+    is_released = released_joined(node) is not None
+    if is_released:
+        left, right = released_sides(node, ctx)
+    else:
+        left, right = run(side(node.left)[0], ctx), run(side(node.right)[0], ctx)
+    if late_joined(node) is None and not is_released:
+        return left, right, lambda t: decided(t, ctx.horizon, 0)
+    sides = ((LEFT, left), (RIGHT, right))
+    arrivals = [
+        (join_arrival(ctx, node, e), Arrival(e.ts, e.seq, e.item, tag))
+        for tag, events in sides
+        for e in events
+    ]
+    lateness = RELEASED_LATENESS if is_released else node.lateness
+    taken = on_time(arrival_groups(arrivals), lateness)
+    clock = taken.clock
+    if not is_released:  # (over released sides, their items' releases found the late ones)
+        ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in taken.late]
+    ctx.settled[node] = (clock, [RefEvent(a.time, a.seq, None) for a in taken.heartbeats])
+    keep = set(taken.kept)
+    on_left, on_right = (
+        [e for e in events if e.item is not None and Arrival(e.ts, e.seq, e.item, tag) in keep]
+        for tag, events in sides
+    )
+    return on_left, on_right, lambda t: decided(t, clock, lateness)
+
+
+def join_arrival(ctx: Context, node: Node, event: RefEvent) -> int:
+    """When ``event`` reaches the join ``node`` over publication time: its ingest
+    time, or over released sides (:func:`released_joined`) its own time (they come
+    in time order, each time one arrival)."""
+    return event.ts if released_joined(node) is not None else ctx.arrival(event.seq)
+
+
+# -- the releases ----------------------------------------------------------------------
 
 
 def released(events: Sequence[RefEvent], ctx: Context, lateness: int, node: Node) -> list[RefEvent]:
@@ -114,6 +267,3 @@ def _final_results(branch: FedBranch, ctx: Context) -> list[RefEvent]:
     names = split_batch(RESULT_NAME, (), [e.item for e in results])
     last = ordered(last_versions(results, names, lambda e: e.seq))
     return run(branch.node, replace(ctx, memo={branch.operator: last}))
-
-
-__all__ = ["fed_released", "released", "released_sides"]

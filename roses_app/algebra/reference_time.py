@@ -7,30 +7,24 @@
 * Delta: δ⁺/δ⁻ between consecutive input timestamps.
 * WindowedGrouping: FlameStream's per-key buckets of the last N items.
 * Nest and Unnest.
-* Over publication time, a run of windows, deltas and nests (and the aggregate or
-  group reading it, :mod:`roses_app.algebra.reference_aggregate`) over items released
-  in time order (:func:`released_run`).
+
+One implementation of each, for both times: a sequential operator's step
+(:func:`sequential`) and a binary operator's pairs run over the input its time gives
+it, as :mod:`roses_app.algebra.reference_release` says (in ingest time, the events as
+they come; over publication time, released in time order or without the items too
+late).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from itertools import groupby
 
 from roses_app.algebra.delta import delta
-from roses_app.algebra.delta import present as present  # re-exported (it lived here)
 from roses_app.algebra.equikeys import equi_key, keyed_pairs
-from roses_app.algebra.eventtime import (
-    late_grouped,
-    late_joined,
-    late_sequential,
-    released_chain,
-    released_joined,
-)
-from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
-from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, arrival_groups
+from roses_app.algebra.eventtime import late_grouped
 from roses_app.algebra.plan import (
     CountWindow,
     Delta,
@@ -56,14 +50,17 @@ from roses_app.algebra.reference_registry import (
     items_only,
     ordered,
     register,
-    run,
 )
-from roses_app.algebra.reference_release import fed_released, released, released_sides
-from roses_app.algebra.release import release_lateness
-from roses_app.algebra.release_fed import fed_release
+from roses_app.algebra.reference_release import (
+    STEPS,
+    Decided,
+    join_arrival,
+    side,
+    step,
+    timed_input,
+    timed_sides,
+)
 from roses_app.algebra.windows import call_bounds, window_content
-
-ALL_DECIDED = 2**63 - 1  # a horizon past every time
 
 # -- windows ---------------------------------------------------------------------------
 
@@ -100,23 +97,19 @@ class WindowCall:
         return [self.events[i] for i in self.indices(t)]
 
 
-def side(node: Node) -> tuple[Node, WindowSpec | None]:
-    """A binary operator's input: the stream below a window, and the window (None: ω0)."""
-    if isinstance(node, Window):
-        return node.input, node.spec
-    return node, None
+def sequential(node: Node, ctx: Context) -> list[RefEvent]:
+    """A window, a delta, a nest, an unnest or a windowed grouping: its one step over
+    the input its time gives it (:func:`~roses_app.algebra.reference_release.timed_input`)."""
+    events, horizon = timed_input(node, ctx)
+    return STEPS[type(node)](events, node, ctx, horizon)
 
 
-@register
-def _window(node: Window, ctx: Context) -> list[RefEvent]:
-    if late_sequential(node) is not None:
-        return released_run(node, ctx)
-    return window_stream(run(node.input, ctx), node.spec)
-
-
-def window_stream(events: Sequence[RefEvent], spec: WindowSpec) -> list[RefEvent]:
+@step(Window)
+def window_stream(
+    events: list[RefEvent], node: Window, ctx: Context, horizon: int
+) -> list[RefEvent]:
     """At each time of ``events`` (heartbeats included, and passed on), the window."""
-    call = WindowCall(events, spec)
+    call = WindowCall(events, node.spec)
     out = set(heartbeats(events))
     for t in sorted({e.ts for e in events}):
         out.update(RefEvent(t, e.seq, e.item) for e in call.at(t))
@@ -140,59 +133,13 @@ def _compose(
     return compose_pairs(combine, ctx.ns, pairs)
 
 
-Decided = Callable[[int], bool]  # whether an item at that time can get no new partner
-
-
-def _on_time_sides(
-    ctx: Context, node: Join | Semijoin | Diff
-) -> tuple[list[RefEvent], list[RefEvent], Decided]:
-    """Both sides' events, and which items surely have no new partner: in ingest time
-    those before the horizon; over publication time (:func:`late_joined`) the items
-    too late are left out, taken in arrival order, and the rule is
-    :func:`roses_app.algebra.latejoin.decided` at the last clock; over operators'
-    results (:func:`released_joined`), the same over what both sides released, in
-    time order (nothing is late)."""
-    released = released_joined(node) is not None
-    if released:
-        left, right = released_sides(node, ctx)
-    else:
-        left, right = run(side(node.left)[0], ctx), run(side(node.right)[0], ctx)
-    if late_joined(node) is None and not released:
-        return left, right, lambda t: t < ctx.horizon
-    sides = ((LEFT, left), (RIGHT, right))
-    arrivals = [
-        (join_arrival(ctx, node, e), Arrival(e.ts, e.seq, e.item, tag))
-        for tag, events in sides
-        for e in events
-    ]
-    lateness = RELEASED_LATENESS if released else node.lateness
-    taken = on_time(arrival_groups(arrivals), lateness)
-    clock = taken.clock
-    if not released:  # (over released sides, their items' releases found the late ones)
-        ctx.late[node] = [RefEvent(a.time, a.seq, a.item) for a in taken.late]
-    ctx.settled[node] = (clock, [RefEvent(a.time, a.seq, None) for a in taken.heartbeats])
-    keep = set(taken.kept)
-    on_left, on_right = (
-        [e for e in events if e.item is not None and Arrival(e.ts, e.seq, e.item, tag) in keep]
-        for tag, events in sides
-    )
-    return on_left, on_right, lambda t: decided(t, clock, lateness)
-
-
-def join_arrival(ctx: Context, node: Node, event: RefEvent) -> int:
-    """When ``event`` reaches the join ``node`` over publication time: its ingest
-    time, or over released sides (:func:`released_joined`) its own time (they come
-    in time order, each time one arrival)."""
-    return event.ts if released_joined(node) is not None else ctx.arrival(event.seq)
-
-
 def _matches(
     ctx: Context, node: Join | Semijoin | Diff
 ) -> tuple[list[RefEvent], list[RefEvent], set[tuple[int, int]], set[tuple[int, int]], Decided]:
     """Both sides' item events, the matching pairs (left index, right index) found by
     left events in the right window (A) and by right events in the left window (B),
     and which items can get no new partner."""
-    left_events, right_events, done = _on_time_sides(ctx, node)
+    left_events, right_events, done = timed_sides(ctx, node)
     lcall = WindowCall(left_events, side(node.left)[1])
     rcall = WindowCall(right_events, side(node.right)[1])
     left, right = lcall.events, rcall.events
@@ -274,71 +221,10 @@ def _diff(node: Diff, ctx: Context) -> list[RefEvent]:
 # -- delta -----------------------------------------------------------------------------
 
 
-@register
-def _delta(node: Delta, ctx: Context) -> list[RefEvent]:
-    if late_sequential(node) is not None:
-        return released_run(node, ctx)
-    return delta_stream(run(node.input, ctx), node.kind)
-
-
-def delta_stream(events: Sequence[RefEvent], kind: str) -> list[RefEvent]:
-    changes, _ = delta(kind, events, {}, RefEvent)
+@step(Delta)
+def delta_stream(events: list[RefEvent], node: Delta, ctx: Context, horizon: int) -> list[RefEvent]:
+    changes, _ = delta(node.kind, events, {}, RefEvent)
     return ordered({*heartbeats(events), *changes})
-
-
-# -- over publication time: a released run of operators --------------------------------
-
-
-def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefEvent]:
-    """The events of ``stop`` (default ``top``) in the run of operators ``top`` ends
-    over publication time (:func:`~roses_app.algebra.eventtime.released_chain`): the
-    events of the stateless plan below as :class:`~roses_app.algebra.release.Release`
-    gives them out (with ``top``'s lateness; the items too late go to
-    ``ctx.late[top]``), or the results of operators below as their clocks decided them
-    (:func:`~roses_app.algebra.reference_release.fed_released`), through each operator
-    as over ingest time, every time decided and heartbeats passed on (as the Spark
-    stages do)."""
-    return run_chain(top, released_events(top, ctx), ctx, stop)
-
-
-def released_events(top: Node, ctx: Context) -> list[RefEvent]:
-    """What the release of the run ``top`` ends gives out (see :func:`released_run`),
-    every time it releases; records what a run over its results knows is decided."""
-    below = late_sequential(top)
-    assert below is not None
-    lateness = release_lateness(top, ctx.lateness)
-    if fed_release(top):
-        events = fed_released(below, ctx, top, lateness)
-    else:
-        events = released(run(below, ctx), ctx, lateness, top)
-    # what a run over this one's results knows is decided, and sees pass
-    last = max((e.ts for e in events), default=None)
-    ctx.settled[top] = (last, heartbeats(events))
-    return events
-
-
-def run_chain(
-    top: Node, events: list[RefEvent], ctx: Context, stop: Node | None = None
-) -> list[RefEvent]:
-    """``events`` (:func:`released_events`) through the operators of ``top``'s run up
-    to ``stop`` (default ``top``; the plan below: none)."""
-    stop = top if stop is None else stop
-    if stop is late_sequential(top):
-        return events
-    for node in released_chain(top):
-        if isinstance(node, Window):
-            events = window_stream(events, node.spec)
-        elif isinstance(node, Delta):
-            events = delta_stream(events, node.kind)
-        elif isinstance(node, Nest):
-            events = ordered({*heartbeats(events), *nest_stream(events, ALL_DECIDED)})
-        elif isinstance(node, WindowedGrouping):
-            events = grouping_stream(events, node, ctx)
-        elif isinstance(node, Unnest):
-            events = unnest_stream(events)
-        if node is stop:
-            break
-    return events
 
 
 # -- windowed grouping, nest, unnest ---------------------------------------------------
@@ -348,13 +234,12 @@ def run_chain(
 def _windowed_grouping(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:
     if late_grouped(node) is not None:
         return late_grouping_events(node, ctx)
-    if late_sequential(node) is not None:
-        return released_run(node, ctx)
-    return grouping_stream(run(node.input, ctx), node, ctx)
+    return sequential(node, ctx)
 
 
+@step(WindowedGrouping)
 def grouping_stream(
-    events: Sequence[RefEvent], node: WindowedGrouping, ctx: Context
+    events: list[RefEvent], node: WindowedGrouping, ctx: Context, horizon: int
 ) -> list[RefEvent]:
     """FlameStream's windowed grouping of ``events`` in time order: for each item, the
     reducer over the last ``size`` items of its key's bucket, at its time."""
@@ -377,19 +262,19 @@ def grouping_stream(
 
 @register
 def _nest(node: Nest, ctx: Context) -> list[RefEvent]:
-    if late_sequential(node) is not None:
-        return items_only(released_run(node, ctx))
-    return nest_stream(run(node.input, ctx), ctx.horizon)
+    return items_only(sequential(node, ctx))  # a nest's own stream has no heartbeats
 
 
-def nest_stream(events: Sequence[RefEvent], horizon: int) -> list[RefEvent]:
-    """One item nesting the items of each time before ``horizon``."""
+@step(Nest)
+def nest_stream(events: list[RefEvent], node: Nest, ctx: Context, horizon: int) -> list[RefEvent]:
+    """One item nesting the items of each time before ``horizon``; heartbeats go on."""
     from roses_app.xmlfn.stamp import nest_items
 
-    return [
+    nested = {
         RefEvent(ts, min(e.seq for e in group), nest_items([e.item or "" for e in group], ts))
         for ts, _, _, _, group in time_groups(items_only(events), horizon)
-    ]
+    }
+    return ordered({*heartbeats(events), *nested})
 
 
 Group = tuple[int, int, int, str | None, list[RefEvent]]  # ts, start, end, key, events
@@ -400,14 +285,10 @@ def time_groups(events: Sequence[RefEvent], horizon: int) -> list[Group]:
     return [(t, t, t, None, list(g)) for t, g in groupby(events, key=lambda e: e.ts) if t < horizon]
 
 
-@register
-def _unnest(node: Unnest, ctx: Context) -> list[RefEvent]:
-    if late_sequential(node) is not None:
-        return released_run(node, ctx)
-    return unnest_stream(run(node.input, ctx))
-
-
-def unnest_stream(events: Sequence[RefEvent]) -> list[RefEvent]:
+@step(Unnest)
+def unnest_stream(
+    events: list[RefEvent], node: Unnest, ctx: Context, horizon: int
+) -> list[RefEvent]:
     """Each item nested one level below each event's item, at its time and seq."""
     from roses_app.xmlfn.stamp import unnest_items
 
@@ -418,3 +299,7 @@ def unnest_stream(events: Sequence[RefEvent]) -> list[RefEvent]:
         else:
             out.update(RefEvent(e.ts, e.seq, inner) for inner in unnest_items(e.item))
     return ordered(out)
+
+
+for _type in (Window, Delta, Unnest):  # their handler is their step over their timed input
+    register(_type, sequential)
