@@ -35,7 +35,7 @@ together, appends one after the other, both sides merged.  The rules:
   tested.  The keys of each item are kept with it.
 
 The reference evaluator filters the too-late items with :func:`on_time` and pairs the
-rest as in ingest time; the Spark operator (:mod:`roses_app.spark.latejoin`) runs
+rest as in ingest time; on Spark :func:`roses_app.spark.lateunits.late_join_batch` runs
 :class:`LateJoin` micro-batch after micro-batch: the differential tests compare them.
 """
 

@@ -10,9 +10,9 @@ slices of its windows' items, :mod:`roses_app.algebra.slices`):
 
 - late windows of α or γ (:mod:`roses_app.algebra.lateness`);
 - a windowed grouping of items (:mod:`roses_app.algebra.lategrouping`);
-- a join, semijoin or difference of items (:mod:`roses_app.algebra.latejoin`);
-- a released run (:class:`~roses_app.spark.latesequential.ReleasedRun`);
-- a join of released sides (:class:`~roses_app.spark.latejoin.ReleasedJoin`).
+- a join, semijoin or difference (:mod:`roses_app.algebra.latejoin`), of items or
+  of released sides: one implementation, :func:`late_join_batch`;
+- a released run (:class:`~roses_app.spark.latesequential.ReleasedRun`).
 
 A reader of units' results takes them as a released run reads them
 (:mod:`roses_app.algebra.release_fed`): through its branch's filters and maps, a
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from roses_app.algebra.eventtime import (
+    JoinSides,
     late_grouped,
     late_joined,
     late_sequential,
@@ -36,7 +37,13 @@ from roses_app.algebra.eventtime import (
 )
 from roses_app.algebra.lategrouping import LateGrouping
 from roses_app.algebra.latejoin import CLOCK_SEQ, LEFT, RIGHT, LateJoin, join_keyed, join_kind
-from roses_app.algebra.lateness import LATE_PART, Arrival, LateWindows, arrival_groups
+from roses_app.algebra.lateness import (
+    LATE_PART,
+    RELEASED_LATENESS,
+    Arrival,
+    LateWindows,
+    arrival_groups,
+)
 from roses_app.algebra.plan import (
     Aggregate,
     Diff,
@@ -54,13 +61,14 @@ from roses_app.algebra.release_fed import (
     ITEMS,
     RESULT_NAME,
     FedBranch,
+    SidesRelease,
     fed_horizon,
     mark_seq,
     side_inputs,
+    side_shape,
 )
 from roses_app.algebra.slices import SliceMap
 from roses_app.spark.late import with_clock
-from roses_app.spark.latejoin import ReleasedJoin
 from roses_app.spark.latesequential import ReleasedRun, released_run
 from roses_app.spark.registry import Hooks
 
@@ -199,9 +207,31 @@ class GroupingUnit:
         return rows, grouping.dump(), counts
 
 
+def late_join_batch(
+    node: Join | Semijoin | Diff,
+    sides: JoinSides,
+    lateness: int,
+    saved: Any,
+    groups: Sequence[Sequence[Arrival]],
+    hooks: Hooks,
+) -> tuple[list[Row], Any, int, int]:
+    """:class:`LateJoin` (the windows of ``sides``, ``lateness``, its state ``saved``)
+    over the arrival ``groups``: its rows (results, heartbeats on time, the horizon
+    told), its state, the items too late and the results taken back."""
+    from roses_app.xmlfn.pairs import advance_join, late_join_results
+
+    kind, on_keys = join_kind(node), join_keyed(node)
+    join = LateJoin.load(sides[1], sides[3], lateness, kind, saved, optimistic(node), on_keys)
+    planned = advance_join(node, join, groups, hooks.namespaces)
+    out, revised = late_join_results(node, join, planned, hooks.namespaces, hooks.on_error(node))
+    found: list[Row] = [(ts, seq, item, "") for ts, seq, item in out]
+    rows = with_clock(found, planned.heartbeats, fed_horizon(node, join.clock))
+    return rows, join.dump(), len(planned.late), revised
+
+
 @dataclass(frozen=True)
 class JoinUnit:
-    """A join, semijoin or difference of items (:mod:`roses_app.algebra.latejoin`)."""
+    """A join, semijoin or difference of items, with its lateness."""
 
     node: Join | Semijoin | Diff
     hooks: Hooks
@@ -210,24 +240,16 @@ class JoinUnit:
     def advance(
         self, saved: Any, batch: Batch, slices: SliceMap | None
     ) -> tuple[list[Row], Any, Counts]:
-        from roses_app.xmlfn.pairs import advance_join, late_join_results
-
-        node, hooks = self.node, self.hooks
+        node = self.node
         sides = late_joined(node)
         assert sides is not None
         arrivals = source_arrivals(batch.sources[sides[0]], tag=LEFT)
         arrivals += source_arrivals(batch.sources[sides[2]], tag=RIGHT)
-        kind, on_keys = join_kind(node), join_keyed(node)
-        join = LateJoin.load(
-            sides[1], sides[3], node.lateness, kind, saved, optimistic(node), on_keys
+        groups = arrival_groups(arrivals)
+        rows, state, late, revised = late_join_batch(
+            node, sides, node.lateness, saved, groups, self.hooks
         )
-        planned = advance_join(node, join, arrival_groups(arrivals), hooks.namespaces)
-        out, revised = late_join_results(
-            node, join, planned, hooks.namespaces, hooks.on_error(node)
-        )
-        found: list[Row] = [(ts, seq, item, "") for ts, seq, item in out]
-        rows = with_clock(found, planned.heartbeats, fed_horizon(node, join.clock))
-        return rows, join.dump(), {"late": len(planned.late), "revised": revised}
+        return rows, state, {"late": late, "revised": revised}
 
 
 # what a reader of units' results reads below it: the branches of operators'
@@ -242,7 +264,11 @@ def side_of(below: Node) -> Side:
 
 @dataclass(frozen=True)
 class ReleasedJoinUnit:
-    """A join of released sides (:class:`~roses_app.spark.latejoin.ReleasedJoin`)."""
+    """A join over operators' results
+    (:func:`~roses_app.algebra.eventtime.released_joined`): each side reads what a
+    released run would (:func:`fed_arrivals`); both sides are released together
+    (:class:`~roses_app.algebra.release_fed.SidesRelease`), then joined as items in
+    time order, nothing late (:func:`late_join_batch`)."""
 
     node: Join | Semijoin | Diff
     sides: tuple[Side, Side]
@@ -252,12 +278,20 @@ class ReleasedJoinUnit:
     def advance(
         self, saved: Any, batch: Batch, slices: SliceMap | None
     ) -> tuple[list[Row], Any, Counts]:
+        node, joined = self.node, released_joined(self.node)
+        assert joined is not None
         left, right = (
             arrival_groups(fed_arrivals(*side, batch, self.hooks)) for side in self.sides
         )
-        joined = ReleasedJoin(self.node, self.hooks.namespaces, self.hooks.on_error(self.node))
-        rows, state, (late, revised) = joined.advance(saved, left, right)
-        return rows, state, {"late": late, "revised": revised}
+        shapes = tuple(side_shape(b, node.lateness) for b in (joined[0], joined[2]))
+        release = SidesRelease.load(shapes, saved and saved["release"])
+        released, late = release.advance(left, right)
+        groups = arrival_groups((a.time, a) for a in released)
+        rows, join, _, revised = late_join_batch(
+            node, joined, RELEASED_LATENESS, saved and saved["join"], groups, self.hooks
+        )
+        state = {"release": release.dump(), "join": join}
+        return rows, state, {"late": len(late), "revised": revised}
 
 
 @dataclass(frozen=True)
