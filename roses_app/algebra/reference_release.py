@@ -67,27 +67,22 @@ def step(node_type: type[Node]) -> Callable[[Step], Step]:
 
 def timed_input(node: Node, ctx: Context, below: Node | None = None) -> tuple[list[RefEvent], int]:
     """The events ``node`` reads from ``below`` (default: its input), in time order,
-    and the horizon before which their times are decided: as they come and the
-    watermark over ingest time; released, every time decided, over publication time."""
+    and the horizon before which their times are decided.  Over ingest time: as they
+    come, and the watermark.  Over publication time, ``below``'s events in the run
+    of operators ``node`` ends (:func:`~roses_app.algebra.eventtime.released_chain`):
+    the stateless plan's events as :class:`Release` gives them out (with ``node``'s
+    lateness; the items too late go to ``ctx.late[node]``), or the results of
+    operators below as their clocks decided them (:func:`fed_released`), through
+    the run's steps up to ``below``, heartbeats passed on (as the Spark stages do),
+    every time decided."""
     below = node.input if below is None else below  # type: ignore[attr-defined]
     if late_sequential(node) is None:
         return run(below, ctx), ctx.horizon
-    return released_run(node, ctx, stop=below), ALL_DECIDED
-
-
-def released_run(top: Node, ctx: Context, stop: Node | None = None) -> list[RefEvent]:
-    """The events of ``stop`` (default ``top``) in the run of operators ``top`` ends
-    over publication time (:func:`~roses_app.algebra.eventtime.released_chain`): the
-    events of the stateless plan below as :class:`Release` gives them out (with
-    ``top``'s lateness; the items too late go to ``ctx.late[top]``), or the results of
-    operators below as their clocks decided them (:func:`fed_released`), through each
-    operator's step, every time decided and heartbeats passed on (as the Spark stages
-    do)."""
-    return run_chain(top, released_events(top, ctx), ctx, stop)
+    return run_chain(node, released_events(node, ctx), ctx, below), ALL_DECIDED
 
 
 def released_events(top: Node, ctx: Context) -> list[RefEvent]:
-    """What the release of the run ``top`` ends gives out (see :func:`released_run`),
+    """What the release of the run ``top`` ends gives out (see :func:`timed_input`),
     every time it releases; records what a run over its results knows is decided."""
     below = late_sequential(top)
     assert below is not None

@@ -36,7 +36,7 @@ Those results come out of order, but each operator has a clock that decides them
   them, then gives them out in time order.
 
 The reference evaluator computes the same from the operators' whole outputs and last
-clocks (:func:`~roses_app.algebra.reference_time.released_run`); the Spark operator
+clocks (:func:`~roses_app.algebra.reference_release.timed_input`); the Spark operator
 (:mod:`roses_app.spark.latesequential`) runs :class:`FedRelease` micro-batch after
 micro-batch.
 """
