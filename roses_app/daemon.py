@@ -116,6 +116,7 @@ class Daemon(DaemonStatus):
             base_dir=config.path.parent,
             on_result=on_poll,
             subscriber=self.subscriber,
+            spill_dir=data / "parse",
         )
         self.mail = MailConnectors(
             config.sources, data / "mail.sqlite", self.ingest, self.clock, data, on_result=on_poll

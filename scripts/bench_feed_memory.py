@@ -96,6 +96,32 @@ def config_text(data: Path, feed_port: int, args: argparse.Namespace) -> str:
     )
 
 
+def pss_bytes(pid: int) -> int:
+    """The process's proportional set size: its pages, those it shares counted in part
+    (a forked worker's pages shared with its parent are not counted twice)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0  # gone meanwhile
+    return 0
+
+
+class Sampler(HighWaterSampler):
+    """HighWaterSampler that also keeps the highest PSS sum over the tree."""
+
+    def __init__(self, root: int, every: float, kind: Callable[[int], str]) -> None:
+        super().__init__(root, every, kind)
+        self.pss_peak = 0
+
+    def sample(self) -> None:
+        super().sample()
+        pids = [pid for pid in proctree.tree_pids(self.root) if self.kind and self.kind(pid)]
+        self.pss_peak = max(self.pss_peak, sum(pss_bytes(pid) for pid in pids))
+
+
 def kinds_of(root: int) -> Callable[[int], str]:
     """bench_hostile_memory's kinds, with the parse workers (and their fork server)
     told apart from "other"."""
@@ -122,6 +148,7 @@ class Run:
     code: int | None
     gets: int
     peak: int
+    pss_peak: int
     peaks: dict[str, int]
     high: dict[tuple[int, str], int]
     left_out: list[tuple[int, int]]  # (entries in the document, taken) per poll logged
@@ -142,7 +169,7 @@ def run_daemon(
         proc = subprocess.Popen(
             cmd, cwd=folder, stdout=out, stderr=err, env=env, start_new_session=True
         )
-        sampler = HighWaterSampler(proc.pid, args.sample, kinds_of(proc.pid))
+        sampler = Sampler(proc.pid, args.sample, kinds_of(proc.pid))
         sampler.start()
         try:
             while server.hits["/big.xml"] <= args.polls and proc.poll() is None:
@@ -162,6 +189,7 @@ def run_daemon(
         proc.returncode,
         server.hits["/big.xml"],
         sampler.peak,
+        sampler.pss_peak,
         dict(sampler.peaks),
         dict(sampler.high),
         [(int(a), int(b)) for a, b in LEFT_OUT.findall(stderr)],
@@ -179,7 +207,7 @@ def describe(run: Run, expected: Expected) -> list[str]:
     return [
         f"## {run.label}",
         f"- wall {fmt(run.wall)} s, exit {run.code}, GETs of the feed {run.gets}",
-        f"- peak RSS of the process tree (sampled): {mb(run.peak)}",
+        f"- peak RSS of the process tree (sampled): {mb(run.peak)}; peak PSS: {mb(run.pss_peak)}",
         "- sampled peak per kind: " + "; ".join(f"{k} {mb(run.peaks[k])}" for k in kinds),
         "- highest VmHWM per kind: " + "; ".join(f"{k} {mb(v)}" for k, v in high.items() if v),
         f"- polls logged as cut (entries in the document, taken): {run.left_out}",
@@ -242,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "MB: 2^20 bytes.  Sampled peak: the highest RSS sum over the tree (or a kind) at one"
         " sample.  VmHWM: a process's own peak RSS (exact).  RSS counts pages a forked"
-        " process shares with its parent in both."
+        " process shares with its parent in both; PSS (sampled too) shares them out."
     )
     return 0 if all(r.code == 0 and r.gets > args.polls for r in runs) else 1
 

@@ -135,6 +135,20 @@ def test_what_the_channel_says_after_its_entries_is_read_from_the_last_part(
     assert parsed.hub == "https://h.example/" and len(parsed.entries) == 10
 
 
+@pytest.mark.parametrize("n", [8, 40])
+def test_a_document_in_a_file_is_parsed_as_its_bytes(tmp_path: Path, n: int) -> None:
+    from roses_app.connectors.poller import parse_document, parse_document_file
+
+    body = rss(n, tail="<ttl>90</ttl>")
+    path = tmp_path / "doc.xml"
+    path.write_bytes(body)
+    with open(path, "rb") as stream:
+        assert parse_feed(stream, URL, {}, 20) == parse_feed(body, URL, {}, 20)
+    from_file = parse_document_file(str(path), URL, {}, ("c",), 20)
+    assert from_file == parse_document(body, URL, {}, ("c",), 20)
+    assert from_file.hints.ttl == 90 * 60.0
+
+
 def test_a_document_within_the_limit_is_left_as_it_is() -> None:
     body = rss(10)
     cut = cut_entries(body, 10)

@@ -3,12 +3,14 @@ batched commits, in real time against real HTTP servers."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from raw_http_support import RawReply, RawServer
@@ -258,6 +260,70 @@ def test_parsing_runs_in_worker_processes_that_are_replaced_when_they_die():
     assert len(first.items) == 2  # type: ignore[attr-defined]
     assert failure is None or "parse worker died" in str(failure)
     assert len(again.items) == 2 and "<category>x</category>" in again.items[0][0]  # type: ignore[attr-defined]
+
+
+def test_a_parse_cut_short_by_a_stop_is_no_dead_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stop terminates the workers: the parse in flight fails quietly, not as a worker
+    that died and is started again."""
+    import asyncio
+
+    body = rss(*((f"g{k}", f"item {k}") for k in range(20_000)))
+
+    async def scenario() -> BaseException | None:
+        pool = ParsePool(1, max_items=20_000)
+        parse = asyncio.ensure_future(pool.parse(body, "http://example.org/f", {}, ()))
+        await asyncio.sleep(0.5)  # the worker is parsing
+        assert not parse.done()
+        pool.shutdown()
+        try:
+            await parse
+        except FeedParseError as exc:
+            return exc
+        return None
+
+    with caplog.at_level("ERROR"):
+        failure = asyncio.run(scenario())
+    assert failure is not None and "the daemon is stopping" in str(failure)
+    assert "parse worker died" not in caplog.text
+
+
+def test_a_large_document_reaches_the_worker_through_a_file_then_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over parsepool.SPILL_BYTES a document is written to the spill folder and read there
+    by the worker (not pickled whole); the file is gone after, and files a killed daemon
+    left are removed when the pool starts."""
+    import asyncio
+
+    from roses_app.connectors import parsepool, poller
+
+    spill = tmp_path / "parse"
+    spill.mkdir()
+    (spill / "parse-left-by-a-kill.xml").write_bytes(BODY)
+    monkeypatch.setattr(parsepool, "SPILL_BYTES", 10)
+    seen: list[str] = []
+
+    def spilled(path: str, *args: Any) -> poller.Parsed:
+        seen.append(Path(path).read_text(encoding="utf-8"))
+        return poller.parse_document_file(path, *args)
+
+    monkeypatch.setattr(parsepool, "parse_document_file", spilled)
+
+    async def scenario() -> poller.Parsed:
+        pool = ParsePool(1, spill_dir=spill)
+        assert list(spill.iterdir()) == []  # the stale one is gone
+        pool._pool.shutdown()  # in line instead: the worker would not see the patch
+        pool._pool = concurrent.futures.ThreadPoolExecutor(1)  # type: ignore[assignment]
+        try:
+            return await pool.parse(BODY, "http://example.org/f", {}, ("x",))
+        finally:
+            pool._pool.shutdown()
+
+    parsed = asyncio.run(scenario())
+    assert seen == [BODY.decode()] and list(spill.iterdir()) == []
+    assert parsed == poller.parse_document(BODY, "http://example.org/f", {}, ("x",))
 
 
 KILLED_DAEMON = """

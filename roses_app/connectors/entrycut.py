@@ -17,9 +17,11 @@ external entity is read, as expat reads none unless a handler asks.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 from xml.parsers import expat
 
 # An entry is an RSS <item> or an Atom <entry>, child of the channel (RSS 0.9x, 2.0),
@@ -62,21 +64,32 @@ class Cut:
         yield prefix + self.body[start:]
 
 
-def cut_entries(body: bytes, max_items: int, chunk: int | None = None) -> Cut:
-    """``body`` up to its first ``max_items`` entries (all of it when it has no more),
-    with the bounds of its parts of ``chunk`` entries (none: one part)."""
-    if b"\x00" in body[:4]:  # UTF-16 or UTF-32: closing tags would need its encoding
-        return Cut(body, None)
+def cut_entries(source: bytes | BinaryIO, max_items: int, chunk: int | None = None) -> Cut:
+    """The document (bytes, or a file read a megabyte at a time) up to its first
+    ``max_items`` entries (all of it when it has no more), with the bounds of its parts
+    of ``chunk`` entries (none: one part)."""
+    stream = io.BytesIO(source) if isinstance(source, bytes) else source  # no copy
+
+    def whole() -> bytes:
+        if isinstance(source, bytes):
+            return source
+        stream.seek(0)
+        return stream.read()
+
+    stream.seek(0)
+    start = stream.read(1024)
+    if b"\x00" in start[:4]:  # UTF-16 or UTF-32: closing tags would need its encoding
+        return Cut(whole(), None)
     scan = _Scan(max_items, chunk)
     try:
-        scan.read(body, encoding=None)
+        scan.read(stream, encoding=None)
     # ValueError: a multi-byte encoding; LookupError: a name Python does not know
     except (expat.ExpatError, ValueError, LookupError) as exc:
         unknown = expat.errors.codes[expat.errors.XML_ERROR_UNKNOWN_ENCODING]
         if isinstance(exc, expat.ExpatError) and exc.code != unknown:
             scan.complete = False
-        elif _STATEFUL.search(body[:1024]):
-            return Cut(body, None)
+        elif _STATEFUL.search(start):
+            return Cut(whole(), None)
         else:
             # windows-1251, Shift_JIS and the like: expat knows only UTF-8/16, Latin-1
             # and ASCII, but markup is ASCII in every other encoding a feed may use (no
@@ -84,16 +97,17 @@ def cut_entries(body: bytes, max_items: int, chunk: int | None = None) -> Cut:
             # Latin-1 finds the same elements at the same offsets.
             scan = _Scan(max_items, chunk)
             try:
-                scan.read(body, encoding="iso-8859-1")
+                scan.read(stream, encoding="iso-8859-1")
             except expat.ExpatError:
                 scan.complete = False
     bounds = tuple(scan.bounds)
     if scan.cut_at is None:  # no more entries than that, or not read that far
         if not scan.complete:
-            return Cut(body, None)
-        return Cut(body, scan.entries, scan.first, bounds)
+            return Cut(whole(), None)
+        return Cut(whole(), scan.entries, scan.first, bounds)
     # what precedes the cut expat has read without error, whatever comes after it
-    body = body[: scan.cut_at] + _closing(scan.open_at_cut)
+    stream.seek(0)
+    body = stream.read(scan.cut_at) + _closing(scan.open_at_cut)
     return Cut(body, scan.entries, scan.first, bounds)
 
 
@@ -112,12 +126,13 @@ class _Scan:
         self.complete = True  # read to the end without an error
         self._open: list[str] = []
 
-    def read(self, body: bytes, encoding: str | None) -> None:
+    def read(self, stream: BinaryIO, encoding: str | None) -> None:
         parser = expat.ParserCreate(encoding)
         parser.StartElementHandler = lambda name, attrs: self._start(parser, name)
         parser.EndElementHandler = lambda name: self._open.pop()
-        for start in range(0, len(body), _CHUNK):
-            parser.Parse(body[start : start + _CHUNK], False)
+        stream.seek(0)
+        while chunk := stream.read(_CHUNK):
+            parser.Parse(chunk, False)
         parser.Parse(b"", True)
 
     def _start(self, parser: expat.XMLParserType, name: str) -> None:

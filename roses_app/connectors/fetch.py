@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import io
 import logging
 import os
 import stat
@@ -60,7 +61,7 @@ from httpcore._backends.auto import AutoBackend  # httpcore's own default backen
 from roses_app.config.model import FetchSettings
 from roses_app.connectors.dnscache import CachingBackend
 from roses_app.connectors.hostpool import HostPools
-from roses_app.connectors.limits import FetchTimeoutError, decoded, read_capped
+from roses_app.connectors.limits import FetchTimeoutError, codings, decoded, read_capped
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.errors import FetchError
 
@@ -280,8 +281,13 @@ class AsyncFetcher:
         # aiter_raw: the coded bytes, at most the cap of them; limits.decoded then
         # undoes the codings in bounded steps (httpx's own decoder inflates a whole
         # chunk, however large, in one call).
-        raw = [chunk async for chunk in _counted(response.aiter_raw(), cap, url)]
         coding = response.headers.get("content-encoding", "")
+        if not codings(coding, url):  # written as it comes: the body is held once
+            body = io.BytesIO()
+            async for chunk in _counted(response.aiter_raw(), cap, url):
+                body.write(chunk)
+            return body.getvalue()  # the buffer itself, not a copy (CPython)
+        raw = [chunk async for chunk in _counted(response.aiter_raw(), cap, url)]
         return read_capped(decoded(raw, coding, url), cap, url)
 
 

@@ -10,6 +10,7 @@ the size cap (checked by :func:`read_capped`) plus a few steps.
 
 from __future__ import annotations
 
+import io
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -88,7 +89,8 @@ def _layer(chunks: Iterable[bytes], name: str, url: str) -> Iterator[bytes]:
 
 def read_capped(chunks: Iterable[bytes], cap: int, url: str, what: str = "sent") -> bytes:
     """Join ``chunks``, refusing as soon as they exceed ``cap`` bytes."""
-    parts: list[bytes] = []
+    # a BytesIO's value is its buffer, where a join of parts would be a second copy
+    body = io.BytesIO()
     total = 0
     for chunk in chunks:
         total += len(chunk)
@@ -97,5 +99,5 @@ def read_capped(chunks: Iterable[bytes], cap: int, url: str, what: str = "sent")
                 f"{url} {what} more than {cap} bytes (fetch.max_bytes); aborted. Raise "
                 "settings.fetch.max_bytes if this feed is really that large"
             )
-        parts.append(chunk)
-    return b"".join(parts)
+        body.write(chunk)
+    return body.getvalue()

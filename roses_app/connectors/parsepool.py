@@ -17,19 +17,26 @@ import multiprocessing
 import os
 import select
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
-from roses_app.connectors.poller import Parsed, parse_document
+from roses_app.connectors.poller import Parsed, parse_document, parse_document_file
 from roses_app.errors import FeedParseError
 
 log = logging.getLogger(__name__)
 
 PRELOAD = ["roses_app.connectors.poller"]  # feedparser, lxml and the xml-ization
 PARENT_POLL_SECONDS = 1.0  # without pidfds: how often a worker checks the daemon is there
+# A larger document reaches its worker through a file in ``spill_dir``: passed as an
+# argument it would be pickled, a second copy in the daemon and two in the worker (a
+# 50 MB feed: 140 MB more at the peak), where the file is read a part at a time.
+SPILL_BYTES = 1 << 20
+SPILL_PREFIX = "parse-"
 
 
 def _init_worker(daemon_pid: int) -> None:
@@ -68,12 +75,19 @@ def _alive(pid: int) -> bool:
 class ParsePool:
     """A process pool for :func:`parse_document`, used from one event loop."""
 
-    def __init__(self, workers: int, max_items: int | None = None) -> None:
+    def __init__(
+        self, workers: int, max_items: int | None = None, spill_dir: Path | None = None
+    ) -> None:
         self.workers = max(1, workers)
         self.max_items = max_items  # entries taken from a document (fetch.max_items)
+        self.spill_dir = spill_dir or Path(tempfile.gettempdir())
+        if spill_dir is not None:  # files a killed daemon left there
+            for stale in spill_dir.glob(f"{SPILL_PREFIX}*"):
+                stale.unlink(missing_ok=True)
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(PRELOAD)
         self._pool = self._new_pool()
+        self._stopped = False
         self.restarts = 0
 
     def _new_pool(self) -> ProcessPoolExecutor:
@@ -89,11 +103,19 @@ class ParsePool:
     ) -> Parsed:
         pool = self._pool
         loop = asyncio.get_running_loop()
+        spilled = await asyncio.to_thread(self._spill, body) if len(body) > SPILL_BYTES else None
         try:
+            if spilled is not None:
+                return await loop.run_in_executor(
+                    pool, parse_document_file, spilled, url, dict(headers), categories,
+                    self.max_items,
+                )  # fmt: skip
             return await loop.run_in_executor(
                 pool, parse_document, body, url, dict(headers), categories, self.max_items
             )
         except BrokenProcessPool as exc:
+            if self._stopped:  # the daemon stops: the parse in flight ends with it
+                raise FeedParseError(f"{url}: not parsed, the daemon is stopping") from exc
             if pool is self._pool:
                 self.restarts += 1
                 log.error("parse worker died on %s; starting the parse workers again", url)
@@ -103,9 +125,20 @@ class ParsePool:
                 f"{url}: the parse worker died on this document ({exc}); it is fetched "
                 "again at the next poll"
             ) from exc
+        finally:
+            if spilled is not None:
+                os.unlink(spilled)
+
+    def _spill(self, body: bytes) -> str:
+        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=SPILL_PREFIX, suffix=".xml", dir=self.spill_dir)
+        with os.fdopen(fd, "wb") as out:
+            out.write(body)
+        return path
 
     def shutdown(self) -> None:
         """Stop at once: queued parses are cancelled, workers terminated."""
+        self._stopped = True
         _terminate(self._pool)
 
 

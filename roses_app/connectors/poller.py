@@ -75,6 +75,11 @@ class PollResult:
     interval_reason: str = ""
 
 
+# The publisher's polling hints (ttl, skipHours, ...) are channel elements, read from
+# the start of the document: a 50 MB document is not parsed whole for them.
+HINTS_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class Parsed:
     """A fetched document parsed: the feed, and its entries as items with the source's
@@ -95,7 +100,24 @@ def parse_document(
     """Parse and xml-ize a document, its first ``max_items`` entries (picklable both
     ways: runs in parse workers)."""
     feed = parse_feed(body, url, headers, max_items)
-    hints = hints_from({}, body, headers, time.time())
+    hints = hints_from({}, body[:HINTS_BYTES], headers, time.time())
+    return Parsed(feed, add_categories(feed.entries, categories), hints)
+
+
+def parse_document_file(
+    path: str,
+    url: str,
+    headers: Mapping[str, str],
+    categories: tuple[str, ...],
+    max_items: int | None = None,
+) -> Parsed:
+    """:func:`parse_document` of the document in the file ``path`` (how a large one
+    reaches a parse worker: read a part at a time, never whole)."""
+    with open(path, "rb") as stream:
+        feed = parse_feed(stream, url, headers, max_items)
+        stream.seek(0)
+        head = stream.read(HINTS_BYTES)
+    hints = hints_from({}, head, headers, time.time())
     return Parsed(feed, add_categories(feed.entries, categories), hints)
 
 

@@ -79,8 +79,10 @@ class FeedScheduler(BudgetShares, PushIn):
         base_dir: Path | None = None,
         on_result: ResultHook | None = None,
         subscriber: Subscriber | None = None,
+        spill_dir: Path | None = None,
     ) -> None:
         self.states = states
+        self.spill_dir = spill_dir  # where large documents go to the parse workers
         self.settings = settings
         values = sources.values() if isinstance(sources, Mapping) else sources
         self.sources = {s.name: s for s in values if isinstance(s, FeedSource)}
@@ -153,7 +155,9 @@ class FeedScheduler(BudgetShares, PushIn):
     async def _open(self) -> None:
         """The connector's parts, made on the loop that uses them."""
         self.fetcher = AsyncFetcher(self.settings, self.clock, base_dir=self.base_dir)
-        self.parser = ParsePool(self.settings.parse_workers, self.settings.max_items)
+        self.parser = ParsePool(
+            self.settings.parse_workers, self.settings.max_items, self.spill_dir
+        )
         self.committer = Committer(self.sink_many, self.states)
         self.committer.start()
         self.poller = AsyncPoller(

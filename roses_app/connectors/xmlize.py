@@ -41,7 +41,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import feedparser
 from lxml import etree
@@ -138,17 +138,17 @@ PARSE_CHUNK = 1_000
 
 
 def parse_feed(
-    body: bytes,
+    body: bytes | BinaryIO,
     url: str,
     headers: Mapping[str, str] | None = None,
     max_items: int | None = None,
 ) -> ParsedFeed:
-    """Parse a fetched document, its first ``max_items`` entries (default
-    :data:`MAX_ENTRIES`); raise :class:`FeedParseError` when it is not a feed."""
-    if not body or not body.strip():
-        raise FeedParseError(f"{url}: empty document")
+    """Parse a fetched document (or a file holding one), its first ``max_items`` entries
+    (default :data:`MAX_ENTRIES`); raise :class:`FeedParseError` when it is not a feed."""
     limit = MAX_ENTRIES if max_items is None else max_items
     cut = cut_entries(body, limit, PARSE_CHUNK)
+    if not cut.body.strip():
+        raise FeedParseError(f"{url}: empty document")
     response_headers = {k.lower(): v for k, v in (headers or {}).items()}
     if url.startswith(("http:", "https:")):
         response_headers.setdefault("content-location", url)
