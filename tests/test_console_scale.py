@@ -92,6 +92,18 @@ def test_kept_rows_are_read_again_in_the_background_then_before_the_page():
     assert snapshot({})["sources"][0]["name"] == "s3" and reads == [0.0, 15.0, 200.0]
 
 
+def test_kept_rows_can_be_read_before_the_first_page():
+    reads: list[str] = []
+    snapshot = Snapshot(lambda: reads.append("read") or [{"name": "a"}], max_age=10.0)
+    snapshot.warm()  # a daemon starting: read in a thread
+    deadline = time.monotonic() + 5
+    while not reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert snapshot({})["sources"][0]["name"] == "a" and reads == ["read"]  # not again
+    snapshot.warm()
+    assert reads == ["read"]  # kept rows: nothing to warm
+
+
 def test_streams_pages_at_100000_streams(tmp_path: Path):
     env = make_env(tmp_path, write_config(tmp_path))
     sources: dict[str, SourceConfig] = {

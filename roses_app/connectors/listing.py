@@ -184,6 +184,12 @@ class Snapshot:
         with self._lock:
             return page_of(self._rows, query, self._ordered)
 
+    def warm(self) -> None:
+        """Read the rows now, in a thread, so that the first page (a daemon just
+        started) comes as fast as the next ones."""
+        if self._at is None and not self._building.locked():
+            threading.Thread(target=self._rebuild, name="listing", daemon=True).start()
+
     def _rebuild(self) -> None:
         with self._building:
             at = self.clock()

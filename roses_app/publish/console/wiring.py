@@ -50,17 +50,20 @@ def daemon_console(daemon: Daemon, history: PollHistory) -> ConsoleDeps | None:
     def preview(ask: PreviewAsk) -> PreviewResult:
         return previewer.preview(PreviewRequest(**asdict(ask)))
 
+    sources = Snapshot(
+        lambda: rows_of(daemon.states, scheduler.sources, scheduler.live()),
+        # kept a while only where reading them costs (a second at 100,000): a few
+        # sources polled every minute show their last and next poll as they are
+        max_age=KEPT_ROWS_SECONDS if len(scheduler.sources) > PER_SOURCE_LIMIT else 0.0,
+    )
+    if sources.max_age > 0:
+        sources.warm()
     return ConsoleDeps(
         settings=settings,
         config=lambda: daemon.config,
         data_dir=daemon.config.settings.data_dir,
         store=daemon.store,
-        sources=Snapshot(
-            lambda: rows_of(daemon.states, scheduler.sources, scheduler.live()),
-            # kept a while only where reading them costs (a second at 100,000): a few
-            # sources polled every minute show their last and next poll as they are
-            max_age=KEPT_ROWS_SECONDS if len(scheduler.sources) > PER_SOURCE_LIMIT else 0.0,
-        ),
+        sources=sources,
         source=source,
         history=history,
         recent=recent,
