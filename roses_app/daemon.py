@@ -215,6 +215,7 @@ class Daemon(DaemonStatus):
         backing_off = [r for r in results if r.status == "skipped_backoff"]
         self.queries = self.start_queries(once=True)
         await_all(self.queries, progress)
+        self._look_at_queries()  # (what the health of a once run tells)
         self._count_late()
         self.spool.compact()
         out = export_dir or self.config.settings.data_dir / "public"
