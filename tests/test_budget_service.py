@@ -5,19 +5,16 @@ evaluation in progress, without a py4j traceback or Spark's StackOverflowError
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from lxml import etree
+from roses_process import RosesProcess
 from test_budget import HUNGRY, SPIN, STALLING, feed
-from test_e2e import free_port, wait_for
+from test_e2e import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -31,15 +28,13 @@ STOP_S = 45
 ABANDON_STOP_S = 45
 
 
-class Roses:
+class Roses(RosesProcess):
     """`roses run` on a config of ``streams`` over the files hostile.xml and calm.xml."""
 
     def __init__(self, tmp_path: Path, streams: dict[str, object], item_time: str) -> None:
-        self.port = free_port()
-        config = {
+        config: dict[str, Any] = {
             "settings": {
                 "data_dir": "./data",
-                "http": {"port": self.port},
                 "limits": {"item_time": item_time, "worker_memory": "2GB"},
             },
             "sources": {
@@ -48,43 +43,14 @@ class Roses:
             },
             "streams": streams,
         }
-        (tmp_path / "feeds.yaml").write_text(yaml.safe_dump(config, width=1000))
-        self.log = tmp_path / "roses.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "roses_app.cli", "run", "-c", "feeds.yaml"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-            )
+        super().__init__(tmp_path, config)
         wait_for(self.health, START_S, "the daemon's /healthz")
 
-    def health(self) -> dict[str, Any] | None:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"roses run exited:\n{self.log.read_text()[-4000:]}")
-        try:
-            reply = httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=2)
-        except httpx.HTTPError:
-            return None
-        return reply.json() if reply.status_code == 200 else None
-
     def guids(self, stream: str) -> list[str]:
-        reply = httpx.get(f"http://127.0.0.1:{self.port}/feeds/{stream}.rss", timeout=5)
+        reply = httpx.get(f"{self.url}/feeds/{stream}.rss", timeout=5)
         if reply.status_code != 200:
             return []
         return [g.text or "" for g in etree.fromstring(reply.content).iter("guid")]
-
-    def stop(self) -> tuple[int, float, str]:
-        """SIGTERM: the exit code, the seconds it took, the log."""
-        stopping = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=120)
-        return code, time.monotonic() - stopping, self.log.read_text()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def test_stalling_expressions_neither_stall_the_service_nor_its_stop(tmp_path: Path) -> None:

@@ -6,9 +6,6 @@ the same at 10,000 and prints the figures."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -16,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
-from test_e2e import free_port, wait_for
+from roses_process import RosesProcess
+from test_e2e import wait_for
 from websub_fleet import Fleet
 
 pytestmark = pytest.mark.e2e
@@ -42,16 +39,13 @@ def feed(path: Path, changes: int) -> None:
     tmp.replace(path)  # whole: a poll never reads half of it
 
 
-class Roses:
+class Roses(RosesProcess):
     """`roses run` over one file: source, its stream ``news`` published."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {
+        config: dict[str, Any] = {
             "settings": {
                 "data_dir": "./data",
-                "http": {"port": self.port},
                 "spark": {"master": "local[2]", "shuffle_partitions": 2},
                 "websub": {
                     "allow_private_callbacks": True,  # the subscribers are on 127.0.0.1
@@ -66,24 +60,7 @@ class Roses:
                 }
             },
         }
-        (tmp_path / "feeds.yaml").write_text(yaml.safe_dump(config, width=1000))
-        self.log = tmp_path / "roses.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "roses_app.cli", "run", "-c", "feeds.yaml"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-            )
-
-    def health(self) -> dict[str, Any] | None:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"roses run exited:\n{self.log.read_text()[-4000:]}")
-        try:
-            reply = httpx.get(f"{self.url}/healthz", timeout=5)
-        except httpx.HTTPError:
-            return None
-        return reply.json() if reply.status_code == 200 else None
+        super().__init__(tmp_path, config)
 
     def published(self) -> bool:
         try:
@@ -93,11 +70,6 @@ class Roses:
 
     def subscriptions(self) -> int:
         return int(((self.health() or {}).get("websub") or {}).get("subscriptions", 0))
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def all_got(fleet: Fleet, change: int) -> bool:
@@ -128,12 +100,8 @@ def test_thousands_of_subscribers_get_every_change_and_stop_exits_0(tmp_path: Pa
         assert websub["failed"] == 0 and websub["errors"] == 0
         assert websub["delivered"] >= SUBSCRIBERS * CHANGES
 
-        stopping = time.monotonic()
-        roses.proc.send_signal(signal.SIGTERM)
-        code = roses.proc.wait(timeout=STOP_S + 30)
-        took = time.monotonic() - stopping
+        code, took, log = roses.stop(timeout=STOP_S + 30)
         print(f"SIGTERM: exit {code} in {took:.1f} s")
-        log = roses.log.read_text()
         assert code == 0, log[-4000:]
         assert took < STOP_S
         assert "Traceback" not in log
