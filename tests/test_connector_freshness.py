@@ -14,6 +14,7 @@ from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.freshness import (
     after_document,
     after_not_modified,
+    at_risk,
     hints_of,
     next_interval,
     rate_of,
@@ -192,3 +193,19 @@ def test_a_first_document_s_dates_give_the_first_rate():
     assert next_interval(adaptive, after, settings, T0).seconds > 1800  # about an hour
     monthly = after_document(fresh(), old, Hints(), T0)
     assert next_interval(adaptive, monthly, settings, T0).seconds > 12 * 3600
+
+
+def test_a_feed_whose_document_fills_within_max_every_is_at_risk():
+    """20 items in the last 20 minutes fill a 20-item document within the risk horizon
+    (4 x max_every, an hour): a late poll loses items.  The same items over 20 hours
+    do not, a feed never polled has no document to lose, and the default interval's
+    prior alone is not a risk."""
+    settings = FetchSettings(min_every_seconds=60.0, max_every_seconds=900.0)
+    source = FeedSource("s", "http://h/f", 900.0, fixed=False)
+    busy = [(f"<item><guid>b{k}</guid></item>", int((T0 - 60 * k) * 1e6)) for k in range(20)]
+    quiet = [(xml, int(T0 * 1e6 - 3600e6 * k)) for k, (xml, _) in enumerate(busy)]
+    assert at_risk(source, after_document(fresh(), busy, Hints(), T0), settings)
+    assert not at_risk(source, after_document(fresh(), quiet, Hints(), T0), settings)
+    assert not at_risk(source, None, settings)
+    undated = after_document(fresh(), [(xml, None) for xml, _ in busy], Hints(), T0)
+    assert undated.document_items == 20 and not at_risk(source, undated, settings)

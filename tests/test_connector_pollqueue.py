@@ -53,6 +53,24 @@ def test_with_a_backlog_the_earliest_deadline_goes_first():
     assert [name for name, _ in started] == [f"quiet{n}" for n in range(1, 5)] + ["busy"]
 
 
+def test_a_source_at_risk_goes_before_sources_past_their_deadlines():
+    """The end of a long first round: feeds never polled, due at 0 with deadlines of
+    900 s, are all overdue at 2,000 s; a busy feed whose document would overflow (at
+    risk, deadline 2,060) goes before them, and among sources at risk the earliest
+    deadline first; the others keep their deadline order after them."""
+    q = PollQueue(concurrency=1, per_host=10, spacing=0.0)
+    for n in range(3):
+        q.schedule(f"new{n}", f"h{n}", 0.0, slack=900.0 + n)
+    q.schedule("busy", "hb", 2000.0, slack=60.0, at_risk=True)
+    q.schedule("busier", "hc", 1990.0, slack=30.0, at_risk=True)
+    q.schedule("quiet", "hq", 1000.0, slack=900.0)  # known, deadline 1,900: not at risk
+    started = []
+    for _ in range(6):
+        started += q.take(2000.0)
+        q.done(started[-1][0])
+    assert [name for name, _ in started] == ["busier", "busy", "new0", "new1", "new2", "quiet"]
+
+
 def test_concurrency_bounds_polls_in_flight_and_a_done_frees_a_slot():
     q = PollQueue(concurrency=2, per_host=10, spacing=0.0)
     for n in range(5):

@@ -194,6 +194,25 @@ def test_the_spool_keeps_plausible_dates_and_counts_the_others(tmp_path: Path) -
         wider.close()
 
 
+def test_a_poll_s_implausible_dates_are_one_warning_with_their_count_and_range(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A feed's archive of items from the 1980s is one line, not one per item."""
+    from roses_app.spool import Spool
+
+    spool = Spool(tmp_path / "spool", clock=lambda: NOW)
+    old = [(f"<item><guid>{k}</guid></item>", 300_000_000_000_000 + k * DAY) for k in range(50)]
+    try:
+        with caplog.at_level("WARNING", logger="roses_app.spool"):
+            spool.append_many([("archive", old), ("fresh", [("<item><guid>n</guid></item>", NOW)])])
+    finally:
+        spool.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and spool.implausible_dates == {"archive": 50}
+    assert "source archive: 50 item(s) dated 1979-07-05" in lines[0]
+    assert " to 1979-08-23" in lines[0]
+
+
 def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
     from roses_app.algebra.eventtime import inputs_first
     from roses_app.algebra.plan import (

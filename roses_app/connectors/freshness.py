@@ -31,6 +31,7 @@ from roses_app.connectors.refresh import (
     choose,
     defer,
     observe,
+    per_second,
 )
 from roses_app.connectors.state import SourceState
 from roses_app.items import MICROS
@@ -158,6 +159,25 @@ def next_interval(
             document_items=state.document_items,
         )
     return defer(now, chosen, hints)
+
+
+# A feed is at risk when its document fills with new items within this many max_every:
+# a backlog that long (the first round of 100,000 new feeds takes half an hour and
+# more) overflows it.  Its smoothed rate starts below the true one (the prior weighs a
+# first document's 20 minutes of dates down by half), hence more than one max_every.
+RISK_HORIZON = 4.0
+
+
+def at_risk(source: FeedSource, state: SourceState | None, settings: FetchSettings) -> bool:
+    """Whether a late poll of ``source`` loses items: at its estimated rate its document
+    fills with new items within RISK_HORIZON times ``max_every`` (a busy feed).  Under
+    a backlog such a poll goes first (see :mod:`~roses_app.connectors.pollqueue`); a
+    feed never polled has no document yet and is not at risk (its first poll catches
+    what it holds)."""
+    if state is None or state.document_items <= 0:
+        return False
+    lam = per_second(rate_of(state), source.every_seconds or settings.default_every_seconds)
+    return lam > 0 and state.document_items / lam <= RISK_HORIZON * settings.max_every_seconds
 
 
 def _shared(seconds: float, state: SourceState, prior: float, settings: FetchSettings) -> Interval:
