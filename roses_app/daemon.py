@@ -437,7 +437,7 @@ class Daemon(DaemonStatus):
             "unchanged_windows_per_stream": tallies["unchanged"],
             "revised_windows_per_stream": tallies["revised"],  # retractions
             # publication dates not believed (before 1990, too far ahead): ingest time used
-            "implausible_dates_per_source": dict(self.spool.implausible_dates),
+            "implausible_dates_per_source": self._implausible_health(),
             "websub": self.hub.stats() if self.hub is not None and self.hub.running else {},
             **counters,
         }

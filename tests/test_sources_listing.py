@@ -110,6 +110,7 @@ def test_below_the_limit_sources_keep_their_own_series():
 
 def test_the_daemon_serves_sources_and_a_short_health_at_scale(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("roses_app.metrics.PER_SOURCE_LIMIT", 2)
+    monkeypatch.setattr("roses_app.daemon_status.IMPLAUSIBLE_NAMED", 2)
     lines = "\n".join(f'  s{n}: {{feed: "http://127.0.0.1:9/{n}.xml"}}' for n in range(5))
     config = parse_config(
         f"settings: {{data_dir: ./data}}\nsources:\n{lines}\n"
@@ -118,6 +119,11 @@ def test_the_daemon_serves_sources_and_a_short_health_at_scale(tmp_path: Path, m
     )
     daemon = Daemon(config)
     assert not daemon.metrics.per_source
+    old = 300_000_000_000_000  # 1979: not believed as a publication date
+    polls = [
+        (f"s{n}", [(f"<item><guid>{n}-{k}</guid></item>", old) for k in range(n)]) for n in range(5)
+    ]
+    daemon.ingest_many(polls)
     app = create_app(config, daemon.store, daemon.health, sources=daemon.sources_page)
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
@@ -133,3 +139,6 @@ def test_the_daemon_serves_sources_and_a_short_health_at_scale(tmp_path: Path, m
     assert [r["name"] for r in page.json()["sources"]] == ["s4", "s3"]
     assert bad.status_code == 400 and "sort must be one of" in bad.text
     assert health["sources"] == {"see": "/sources", "total": 5}
+    # old dates: counted, the sources with most named, not every source
+    dates = health["implausible_dates_per_source"]
+    assert dates == {"sources": 4, "items": 10, "most": {"s4": 4, "s3": 3}}
