@@ -202,7 +202,7 @@ def write_spool(
     their lines as read, when their times are integers (as the spool's): each is then
     its spool line with its seq put in, not made again from the event (0.5 s of the
     0.6 s 100,000 events took, while the JVM starts)."""
-    from roses_app.spool import spool_line, write_events, write_lines
+    from roses_app.spoolfiles import spool_line, write_events, write_lines
 
     size = -(-len(events) // max(1, files)) or 1
     with collector_paused():  # an Event per event, no cycle among them

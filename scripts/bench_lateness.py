@@ -88,7 +88,7 @@ def generate(n: int, group: int, seed: int) -> list[Any]:
 def write_spool(log_dir: Path, events: list[Any]) -> None:
     """One spool file per arrival group, modified in arrival order."""
     from roses_app.items import Event
-    from roses_app.spool import write_events
+    from roses_app.spoolfiles import write_events
 
     groups: dict[int, list[Any]] = {}
     for e in events:

@@ -82,7 +82,7 @@ def pass_through(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Every event of the spool's lines as an output row of the fused stage's schema,
     no item parsed."""
     from roses_app.spark.fused import FUSED_SCHEMA, bad_line_hook
-    from roses_app.spool import decode_lines
+    from roses_app.spoolfiles import decode_lines
 
     for batch in batches:
         lines = batch.column(0).cast(pa.binary()).to_pylist()
@@ -122,7 +122,8 @@ def main() -> None:
     from roses_app.replay import read_events
     from roses_app.spark.fused import FUSED_DDL, fused_frame
     from roses_app.spark.session import build_session
-    from roses_app.spool import SPARK_SCHEMA_DDL, write_events
+    from roses_app.spool import SPARK_SCHEMA_DDL
+    from roses_app.spoolfiles import write_events
 
     work = Path(tempfile.mkdtemp(prefix="roses-bench-native-"))
     generate(work / "events.jsonl", args.items)

@@ -28,7 +28,8 @@ from roses_app.algebra.reference_registry import RefInput
 from roses_app.config import load_config
 from roses_app.items import MICROS, iso8601
 from roses_app.publish.pull import PullQueries
-from roses_app.spool import Spool, read_spool
+from roses_app.spool import Spool
+from roses_app.spoolfiles import read_spool
 
 START = 1_793_491_200 * MICROS  # 2026-11-01T00:00:00Z
 MINUTE = 60 * MICROS

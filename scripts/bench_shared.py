@@ -70,7 +70,7 @@ def run(spark: Any, config: Any, events: Any, work: Path) -> tuple[float, int, A
     from roses_app.replay import MemorySink
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, start_queries
-    from roses_app.spool import write_events
+    from roses_app.spoolfiles import write_events
 
     log_dir = work / "spool" / "log"
     half = len(events.events) // 2 or 1

@@ -24,7 +24,7 @@ from roses_app.publish.console import ConsoleDeps, PollHistory, PreviewAsk
 from roses_app.publish.console.recent import recent_items
 from roses_app.publish.console.streampages import explain_stream
 from roses_app.publish.server import create_app
-from roses_app.spool import write_events
+from roses_app.spoolfiles import write_events
 from roses_app.store import Store
 
 PASSWORD = "correct horse battery"

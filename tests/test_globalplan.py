@@ -25,7 +25,7 @@ from roses_app.algebra.program import build_program
 from roses_app.algebra.reference import RefInput, evaluate_streams
 from roses_app.items import Event
 from roses_app.replay import MemorySink
-from roses_app.spool import write_events
+from roses_app.spoolfiles import write_events
 
 VOLCANO = Filter(Source("a"), "contains(lower-case(string(.)), 'volcano')")
 DIGEST = XQuery("<item><title>{ count($items) }</title></item>")

@@ -240,7 +240,7 @@ def test_spark_keeps_the_join_between_micro_batches_and_counts_late_items(
     from roses_app.replay import MemorySink, read_events, run_reference
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, error_counter, start_queries
-    from roses_app.spool import write_events
+    from roses_app.spoolfiles import write_events
 
     fixture = Path(__file__).parent / "data" / "replay" / "event_time_join"
     config = load_config(fixture / "feeds.yaml")

@@ -253,7 +253,7 @@ def test_spark_keeps_the_windows_between_micro_batches(tmp_path: Path, spark: An
     from roses_app.replay import MemorySink, read_events, run_reference
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, start_queries
-    from roses_app.spool import write_events
+    from roses_app.spoolfiles import write_events
 
     fixture = DATA / "replay" / "event_time_windows"
     config = load_config(fixture / "feeds.yaml")

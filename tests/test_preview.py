@@ -15,7 +15,8 @@ from roses_app.config import load_config
 from roses_app.config.model import Config
 from roses_app.publish.preview import Previewer, PreviewRequest
 from roses_app.publish.preview_check import check_request
-from roses_app.spool import Spool, read_spool
+from roses_app.spool import Spool
+from roses_app.spoolfiles import read_spool
 
 CONFIG = """\
 settings:

@@ -19,7 +19,8 @@ from roses_app.config import load_config
 from roses_app.items import MICROS, iso8601
 from roses_app.publish import HttpServer, create_app
 from roses_app.publish.pull import PullQueries
-from roses_app.spool import Spool, first_seq, read_spool
+from roses_app.spool import Spool
+from roses_app.spoolfiles import first_seq, read_spool
 from roses_app.store import Store
 
 T0 = 1_795_000_000 * MICROS  # 2026-11-18, a whole second

@@ -153,7 +153,7 @@ def test_a_failing_reducer_is_counted_for_its_step(spark: object) -> None:
     from roses_app.replay import MemorySink
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, error_counter, start_queries
-    from roses_app.spool import write_events
+    from roses_app.spoolfiles import write_events
 
     origin = Origin(stream="counted", step="counted/aggregate")
     query = XQuery(

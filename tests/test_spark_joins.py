@@ -21,7 +21,7 @@ from roses_app.algebra.plan import Diff, Join, Node, Semijoin, Source, TimeWindo
 from roses_app.algebra.reference import RefInput, evaluate
 from roses_app.config import load_config
 from roses_app.replay import EventList, run_reference
-from roses_app.spool import write_events
+from roses_app.spoolfiles import write_events
 from roses_app.xmlfn.keys import key_strings_batch
 
 

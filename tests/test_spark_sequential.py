@@ -46,7 +46,7 @@ from roses_app.spark.sequential import (
     process,
     read_rows,
 )
-from roses_app.spool import write_events
+from roses_app.spoolfiles import write_events
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "replay" / "seq_windows"
 

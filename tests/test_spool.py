@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from roses_app.items import Event
-from roses_app.spool import Spool, decode_lines, spool_line, write_events
+from roses_app.spool import Spool
+from roses_app.spoolfiles import decode_lines, spool_line, write_events
 
 
 def items(*guids: str) -> list[tuple[str, int | None]]:
@@ -148,7 +149,7 @@ def test_a_read_up_to_a_time_stops_at_the_first_later_event_of_each_file(
     """Pull queries read the spool up to the time asked: the events up to it and the
     first after it, whatever the files (archived, merged beside their old copies,
     still in the log), and nothing of a file past its first later event."""
-    from roses_app.spool import read_spool
+    from roses_app.spoolfiles import read_spool
 
     times = iter(range(1000, 100_000, 1000))
     spool = Spool(tmp_path / "spool", clock=lambda: next(times))
@@ -183,7 +184,7 @@ def test_a_read_from_a_time_skips_the_files_wholly_before_it(tmp_path: Path) -> 
     event from that time on is there, and the spool's first event (a message names
     its time), whatever the files (merged beside their old copies, still in the log);
     a file wholly before that time is read no further than its first line."""
-    from roses_app.spool import read_spool
+    from roses_app.spoolfiles import read_spool
 
     times = iter(range(1000, 100_000, 1000))
     spool = Spool(tmp_path / "spool", clock=lambda: next(times))

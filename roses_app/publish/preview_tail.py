@@ -11,7 +11,7 @@ the spool's first file is read.  Spool files never change once written (the arch
 and its merged files hold the same events under other names), so what is held stays
 right; a file moved while read is looked for again.
 
-The spool is read as :func:`roses_app.spool.read_spool` reads it: without its index,
+The spool is read as :func:`roses_app.spoolfiles.read_spool` reads it: without its index,
 so a running daemon is not disturbed.
 """
 
@@ -27,7 +27,7 @@ from lxml import etree
 
 from roses_app.errors import SpoolError
 from roses_app.items import Event
-from roses_app.spool import first_seq, read_file, spool_files
+from roses_app.spoolfiles import first_seq, read_file, spool_files
 from roses_app.xmlfn.presearch_fields import Reader, field_reader, irregular
 from roses_app.xmlfn.presearch_terms import SEPARATOR
 from roses_app.xmlfn.xpath import parse

@@ -28,7 +28,8 @@ from roses_app.items import MICROS, iso8601, iso_micros
 from roses_app.publish.catalog import RENDERERS, ConfigSource, config_getter, render_feed
 from roses_app.publish.render import FeedInfo
 from roses_app.publish.sanitize import label
-from roses_app.spool import read_spool, wall_clock_micros
+from roses_app.spool import wall_clock_micros
+from roses_app.spoolfiles import read_spool
 from roses_app.store_rows import StoredEntry, entry_guid
 
 # what to answer for each Accept media type (the first one found in the header wins)

@@ -26,7 +26,7 @@ from roses_app.config.model import LimitSettings
 from roses_app.heap import collector_paused
 from roses_app.spark import counts
 from roses_app.spark.registry import OUTPUT_COLUMNS
-from roses_app.spool import decode_lines
+from roses_app.spoolfiles import decode_lines
 
 log = logging.getLogger(__name__)
 BAD_LINE = "spool"  # the key under which spool lines that are no event are counted

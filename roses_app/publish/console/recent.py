@@ -16,7 +16,7 @@ import orjson
 from lxml import etree
 
 from roses_app.items import Event, safe_parser
-from roses_app.spool import spool_files
+from roses_app.spoolfiles import spool_files
 
 BUDGET = 16 * 1024 * 1024
 
