@@ -5,6 +5,7 @@ listing as /sources, from rows kept a few seconds.  The figures are printed (run
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -85,11 +86,39 @@ def test_kept_rows_are_read_again_in_the_background_then_before_the_page():
     now[0] = 15.0  # too old: read again in a thread, this page from the kept rows
     snapshot({})
     deadline = time.monotonic() + 5
-    while len(reads) < 2 and time.monotonic() < deadline:
+    while snapshot({})["sources"][0]["name"] != "s2" and time.monotonic() < deadline:
         time.sleep(0.01)
     assert reads == [0.0, 15.0] and snapshot({})["sources"][0]["name"] == "s2"
     now[0] = 200.0  # far too old: read before the page
     assert snapshot({})["sources"][0]["name"] == "s3" and reads == [0.0, 15.0, 200.0]
+
+
+def test_a_slow_reading_of_stale_rows_never_holds_the_page():
+    """Rows far too old (the console left alone a while) are read again, but a page
+    waits for them only Snapshot.WAIT: then it comes from the kept rows, saying their
+    age, and the next page has the new ones."""
+    now, reads, release = [0.0], [], threading.Event()
+
+    def rows() -> list[dict[str, object]]:
+        reads.append(now[0])
+        if len(reads) > 1:
+            release.wait(10)  # the reading of 100,000 rows, as long as it takes
+        return [{"name": f"s{len(reads)}", "url": "u", "status": "ok"}]
+
+    snapshot = Snapshot(rows, max_age=10.0, clock=lambda: now[0])
+    assert "rows_age_seconds" not in snapshot({})
+    now[0] = 200.0
+    started = time.monotonic()
+    page = snapshot({})
+    assert time.monotonic() - started < Snapshot.WAIT + 0.5
+    assert page["sources"][0]["name"] == "s1" and page["rows_age_seconds"] == 200.0
+    release.set()
+    deadline = time.monotonic() + 5
+    while snapshot({})["sources"][0]["name"] != "s2" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    page = snapshot({})
+    assert page["sources"][0]["name"] == "s2" and "rows_age_seconds" not in page
+    assert reads == [0.0, 200.0]
 
 
 def test_kept_rows_can_be_read_before_the_first_page():
@@ -144,3 +173,17 @@ def test_streams_pages_at_100000_streams(tmp_path: Path):
     took = time.perf_counter() - started
     assert one_stream.status_code == 200 and "Filter σ where" in one_stream.text
     print(f"/console/streams/NAME at {N:,} streams: {took * 1000:.0f} ms")
+
+
+def test_the_sources_page_says_when_its_rows_are_old():
+    from types import SimpleNamespace
+
+    from roses_app.publish.console.sourcepages import sources_body
+
+    def body(page: dict[str, object]) -> str:
+        deps = SimpleNamespace(sources=lambda params: page, clock=lambda: 0.0)
+        return "".join(sources_body(deps, {}))  # type: ignore[arg-type]
+
+    fresh = {"total": 0, "page": 1, "per_page": 100, "sources": []}
+    assert "were read" not in body(fresh)
+    assert "These rows were read 75 s ago" in body({**fresh, "rows_age_seconds": 75.3})

@@ -153,10 +153,14 @@ class Snapshot:
     """Pages of the listing from rows kept a while, each order sorted once: at
     100,000 sources reading and building every row takes most of a second, a page of
     kept rows milliseconds.  Rows older than ``max_age`` seconds are read again in a
-    thread while the kept ones serve; rows older than ``STALE`` times that (or none
-    yet) are read again before the page is made."""
+    thread while the kept ones serve.  Rows older than ``STALE`` times that (the
+    console left alone a while) are read again too, and the page waits up to ``WAIT``
+    seconds for them; past that it is made from the kept rows, which say their age
+    (``rows_age_seconds``), so no page waits for a whole reading.  With no rows yet,
+    the page waits for them."""
 
     STALE = 6
+    WAIT = 0.15
 
     def __init__(
         self,
@@ -167,28 +171,43 @@ class Snapshot:
         self._build = rows
         self.max_age = max_age
         self.clock = clock
-        self._lock = threading.Lock()  # the kept rows and orders
+        self._lock = threading.Lock()  # the kept rows, orders and reading thread
         self._building = threading.Lock()  # one reading at a time
         self._rows: list[dict[str, Any]] = []
         self._orders: dict[tuple[str, bool], list[dict[str, Any]]] = {}
         self._at: float | None = None
+        self._reading: threading.Thread | None = None
 
     def __call__(self, params: Mapping[str, str]) -> dict[str, Any]:
         """The page ``params`` ask for (a ValueError: a bad query)."""
         query = parse_query(params)
         age = None if self._at is None else self.clock() - self._at
-        if age is None or age > self.max_age * self.STALE:
+        if age is None:
             self._rebuild()
-        elif age > self.max_age and not self._building.locked():
-            threading.Thread(target=self._rebuild, name="listing", daemon=True).start()
+        elif age > self.max_age:
+            reading = self._read_in_thread()
+            if age > self.max_age * self.STALE:
+                reading.join(self.WAIT)
         with self._lock:
-            return page_of(self._rows, query, self._ordered)
+            page = page_of(self._rows, query, self._ordered)
+            at = self._at
+        if at is not None and (kept := self.clock() - at) > self.max_age:
+            page["rows_age_seconds"] = round(kept, 1)
+        return page
 
     def warm(self) -> None:
         """Read the rows now, in a thread, so that the first page (a daemon just
         started) comes as fast as the next ones."""
-        if self._at is None and not self._building.locked():
-            threading.Thread(target=self._rebuild, name="listing", daemon=True).start()
+        if self._at is None:
+            self._read_in_thread()
+
+    def _read_in_thread(self) -> threading.Thread:
+        """The thread reading the rows: the one at work, else a new one."""
+        with self._lock:
+            if self._reading is None or not self._reading.is_alive():
+                self._reading = threading.Thread(target=self._rebuild, name="listing", daemon=True)
+                self._reading.start()
+            return self._reading
 
     def _rebuild(self) -> None:
         with self._building:

@@ -29,8 +29,11 @@ def sources_body(deps: ConsoleDeps, params: Mapping[str, str]) -> list[str]:
     now = deps.clock()
     rows = [_cells(row, now) for row in page["sources"]]
     headings = [_heading(key, title, sortable, kept) for key, title, sortable in COLUMNS]
+    aged = page.get("rows_age_seconds")
+    age = [] if aged is None else [f"These rows were read {aged:.0f} s ago; newer ones are coming."]
     return [
         _filter_form(kept),
+        *map(notice, age),
         f'<p id="sources-total">{page["total"]:,} source(s) match.</p>',
         _table(headings, rows),
         pager(PATH, kept, page["page"], page["per_page"], page["total"]),
