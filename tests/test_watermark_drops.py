@@ -53,6 +53,19 @@ def test_each_batch_is_counted_once_across_looks_gaps_and_runs() -> None:
     assert drops.dropped == {"g1": 23, "other": 0}
 
 
+def test_a_stateless_query_s_recent_reports_are_never_read() -> None:
+    """Its reports have no state operator: batches gone by between two looks are
+    not read back (a py4j call and 100 reports' JSON about every second)."""
+    drops = WatermarkDrops()
+
+    def unread() -> list[Report]:
+        raise AssertionError("a stateless query's recent reports were read")
+
+    assert drops.update("stateless", report("r1", 0), unread) == 0
+    assert drops.update("stateless", report("r1", 5), unread) == 0
+    assert drops.counted == {"stateless": ("r1", 5)}
+
+
 def _write(folder: Path, name: str, rows: list[dict[str, Any]]) -> None:
     temporary = folder.parent / f".{name}"
     temporary.write_text("".join(json.dumps(r) + "\n" for r in rows))

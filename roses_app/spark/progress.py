@@ -42,6 +42,9 @@ class WatermarkDrops:
             seen_batch = -1  # a new run: none of its batches is counted yet
         if batch <= seen_batch:
             return total
+        if not last.stateOperators:  # a stateless query drops nothing: no recent reads
+            self.counted[query] = (run, batch)  # (its 100 reports cost py4j and JSON)
+            return total
         reports = [last] if batch == seen_batch + 1 else list(recent())
         for report in reports:
             if str(report.runId) == run and seen_batch < int(report.batchId) <= batch:
