@@ -180,13 +180,10 @@ class Spool:
 
     def _doubted(self, source: str, dates: list[int]) -> None:
         """Counted, and one warning per source and append (a feed's archive of old
-        items is one line, not one a item: 100,000 new feeds made 12,000 such lines)."""
+        items is one line, not one an item: 100,000 new feeds made 12,000 such lines)."""
         self.implausible_dates[source] += len(dates)
-        span = (
-            iso8601(min(dates))
-            if len(dates) == 1
-            else (f"{iso8601(min(dates))} to {iso8601(max(dates))}")
-        )
+        first, last = iso8601(min(dates)), iso8601(max(dates))
+        span = first if first == last else f"{first} to {last}"
         log.warning(
             "source %s: %d item(s) dated %s, before 1990 or more than %ds after now: "
             "they keep their ingest time",

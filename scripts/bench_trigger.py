@@ -6,9 +6,9 @@ starts ROSES's own Spark session (spark/session.py: the daemon's settings, tiere
 and its spool stream (spark/runner.events_stream: Spark's file source, committed files
 archived), with a foreachBatch that collects each micro-batch to the driver, and for
 each --triggers value writes --files files of --lines spool lines, evenly over
---seconds, then reports the JVM's CPU (utime+stime of its process) from the first file
-to the last line collected: batches, CPU, CPU per batch, and CPU against the first
-trigger's.  A warm-up pass at the first trigger runs before, unreported: the JIT
+--seconds, then reports the JVM's CPU (proctree.cpu_seconds of its process) from the
+first file to the last line collected: batches, CPU, CPU per batch, and CPU against
+the first trigger's.  A warm-up pass at the first trigger runs before, unreported: the JIT
 compiles during the first passes.  Figures depend on the machine: run twice.
 
     .venv/bin/python scripts/bench_trigger.py [--triggers 0.5,1,2,5] [--seconds 20]
@@ -28,6 +28,7 @@ from pathlib import Path
 import orjson
 from bench_scale import machine
 from benchlib import argument_parser, fill_defaults
+from proctree import cpu_seconds
 from pyspark.sql import DataFrame, SparkSession
 
 from roses_app.config.model import SparkSettings
@@ -35,11 +36,6 @@ from roses_app.spark.runner import events_stream
 from roses_app.spark.session import build_session
 
 ITEM = "<item><title>t</title><description>" + "d" * 1500 + "</description></item>"
-
-
-def jvm_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def spool_lines(start: int, count: int) -> bytes:
@@ -75,7 +71,7 @@ def one_pass(
     assert jvm is not None  # a local session: the JVM is this process's child
     pid = int(jvm.ProcessHandle.current().pid())
     time.sleep(2.0)  # the query's first (empty) batches
-    before = jvm_seconds(pid)
+    before = cpu_seconds(pid)
     for n in range(args.files):
         tmp = root / f".{n:020d}.jsonl"
         tmp.write_bytes(spool_lines(n * args.lines + 1, args.lines))
@@ -83,7 +79,7 @@ def one_pass(
         time.sleep(args.seconds / args.files)
     while seen[0] < args.files * args.lines:
         time.sleep(0.05)
-    used = jvm_seconds(pid) - before
+    used = cpu_seconds(pid) - before
     query.stop()
     return batches[0], used
 
