@@ -111,6 +111,9 @@ def check_reloads(site: Site, roses: Job, data: Path) -> None:
     assert jvm, "no Spark JVM under roses run"
     before = entries(data, "everything")
     commits = data / "checkpoints" / "stateless" / "commits"
+    # Spark writes a batch's commit after its sink, so the feed can show
+    # the items a moment before the batch is in the commit log
+    wait_for(lambda: numbered(commits), 30, "the first batch's commit")
     committed = numbered(commits)  # the stateless query's batches so far
     text = roses.config.read_text()
 
