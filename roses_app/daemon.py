@@ -117,6 +117,7 @@ class Daemon(DaemonStatus):
             on_result=on_poll,
             subscriber=self.subscriber,
             spill_dir=data / "parse",
+            append_every=config.settings.spark.busy_trigger_seconds,
         )
         self.mail = MailConnectors(
             config.sources, data / "mail.sqlite", self.ingest, self.clock, data, on_result=on_poll

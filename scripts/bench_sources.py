@@ -37,7 +37,8 @@ depend on the machine: run twice and quote the second run.
 
     .venv/bin/python scripts/bench_sources.py [--feeds 1000,10000,100000]
         [--modes fixed,adaptive] [--minutes 30] [--every 5m] [--max-every 15m]
-        [--rate-mult 1] [--settle SECONDS] [--extra-fetch concurrency=200 ...] [--no-history]
+        [--rate-mult 1] [--settle SECONDS] [--extra-fetch concurrency=200 ...]
+        [--extra-spark busy_trigger=0s ...] [--no-history]
         [--master local[2]] [--work DIR] [--keep]
 """
 
@@ -98,6 +99,12 @@ def fetch_settings(mode: str, n: int, args: argparse.Namespace) -> dict[str, str
     return fetch
 
 
+def spark_extra(args: argparse.Namespace) -> str:
+    """--extra-spark as more keys of settings.spark (``, busy_trigger: 0s``)."""
+    pairs = (entry.partition("=") for entry in args.extra_spark)
+    return "".join(f", {key.strip()}: {value.strip()}" for key, _, value in pairs)
+
+
 def config_text(farm: FeedFarm, mode: str, port: int, args: argparse.Namespace) -> str:
     """The YAML, written as text: 100,000 sources make about 6 MB."""
     fetch = ", ".join(f"{k}: {v}" for k, v in fetch_settings(mode, len(farm.feeds), args).items())
@@ -106,7 +113,7 @@ def config_text(farm: FeedFarm, mode: str, port: int, args: argparse.Namespace) 
         "settings:",
         "  data_dir: ./data",
         f"  http: {{host: 127.0.0.1, port: {port}}}",
-        f'  spark: {{master: "{args.master}", shuffle_partitions: 2}}',
+        f'  spark: {{master: "{args.master}", shuffle_partitions: 2{spark_extra(args)}}}',
         f"  fetch: {{{fetch}}}",
         "sources:",
         *(f'  f{i}: {{feed: "{farm.url(i)}"{every}}}' for i in range(len(farm.feeds))),
@@ -189,6 +196,7 @@ class TreeMonitor(threading.Thread):
         self.first: dict[tuple[int, str], float] | None = None  # None: before mark()
         self.last: dict[tuple[int, str], float] = {}
         self.peak_tree = self.peak_main = self.main_hwm = 0
+        self.peak_kinds: dict[str, int] = {}  # kind -> its processes' peak RSS together
         self.marked_at = self.stopped_at = time.monotonic()
         self._lock, self._done = threading.Lock(), threading.Event()
 
@@ -198,6 +206,7 @@ class TreeMonitor(threading.Thread):
 
     def sample(self) -> None:
         total = 0
+        kinds: dict[str, int] = dict.fromkeys(KINDS, 0)
         with self._lock:
             for pid in proctree.tree_pids(self.root):
                 kind = process_kind(pid, self.root, self.root_line)
@@ -209,10 +218,13 @@ class TreeMonitor(threading.Thread):
                     if self.first is not None:
                         self.first.setdefault((pid, kind), 0.0)  # started since the mark
                 total += rss
+                kinds[kind] += rss
                 if kind == "main":
                     self.peak_main = max(self.peak_main, rss)
                     self.main_hwm = max(self.main_hwm, high_water(pid))
         self.peak_tree = max(self.peak_tree, total)
+        for kind, rss in kinds.items():
+            self.peak_kinds[kind] = max(self.peak_kinds.get(kind, 0), rss)
 
     def mark(self) -> None:
         """Start the CPU window now."""
@@ -258,6 +270,7 @@ class Run:
     bench_cores: float = 0.0
     peak_tree: int = 0
     peak_main: int = 0
+    peak_kinds: dict[str, int] = field(default_factory=dict)
     figures: dict[str, float | None] = field(default_factory=dict)
     per_minute: list[int] = field(default_factory=list)  # requests per minute from the first
     healthz_ms: list[float] = field(default_factory=list)  # /healthz answer times while polling
@@ -331,6 +344,7 @@ def measure(farm: FeedFarm, daemon: PollDaemon, run: Run, args: argparse.Namespa
         run.killed = run.exit_code is None
     run.cores, run.peak_tree = monitor.cores(), monitor.peak_tree
     run.peak_main = max(monitor.peak_main, monitor.main_hwm)
+    run.peak_kinds = dict(monitor.peak_kinds)
 
 
 def process_cpu() -> float:
@@ -343,8 +357,8 @@ def run_one(n: int, mode: str, work: Path, args: argparse.Namespace) -> Run:
     run = Run(n, mode)
     folder = work / f"n{n}-{mode}"
     folder.mkdir(parents=True, exist_ok=True)
-    config = FarmConfig(n, args.hosts, args.rate_mult, args.seed, args.host_skew)
-    farm = FeedFarm(replace(config, history=args.history))
+    shape = FarmConfig(n, args.hosts, args.rate_mult, args.seed, args.host_skew)
+    farm = FeedFarm(replace(shape, history=args.history))
     farm.start()
     print(f"== N = {n:,}, {mode}: {farm.describe()}", file=sys.stderr)
     try:
@@ -570,7 +584,8 @@ def details(run: Run) -> list[str]:
         f"{fmt(_pct(run.metrics_ms, 99), '.0f')} ms over {len(run.metrics_ms)}",
         f"- CPU cores: {cores}; farm thread {run.farm_cores:.2f}, bench process "
         f"{run.bench_cores:.2f}; peak RSS: tree {mb(run.peak_tree)} MB, main "
-        f"{mb(run.peak_main)} MB",
+        f"{mb(run.peak_main)} MB; each kind's peak: "
+        + ", ".join(f"{kind} {mb(rss)} MB" for kind, rss in run.peak_kinds.items()),
     ]
 
 
@@ -641,6 +656,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--hosts", type=int, help="ports of the farm (default N // 500)")
     add("--host-skew", type=float, default=0.0, help="feeds per port ∝ 1/rank^S (0: even)")
     add("--extra-fetch", action="append", default=[], metavar="KEY=VALUE")
+    add("--extra-spark", action="append", default=[], metavar="KEY=VALUE")
     add("--master", default="local[2]", help="Spark master (default local[2])")
     add("--seed", type=int, default=42)
     add("--no-history", dest="history", action="store_false", help="farm feeds start empty")
@@ -651,8 +667,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     if unknown := set(args.mode_list) - set(MODES):
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}: use fixed, adaptive")
-    if bad := [e for e in args.extra_fetch if "=" not in e]:
-        parser.error(f"--extra-fetch wants KEY=VALUE, not {bad[0]!r}")
+    for option, entries in (("fetch", args.extra_fetch), ("spark", args.extra_spark)):
+        if bad := [e for e in entries if "=" not in e]:
+            parser.error(f"--extra-{option} wants KEY=VALUE, not {bad[0]!r}")
     return args
 
 

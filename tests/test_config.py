@@ -165,6 +165,7 @@ def test_good_settings(good: Config) -> None:
             master="local[2]",
             shuffle_partitions=4,
             trigger_seconds=0.5,
+            busy_trigger_seconds=0.0,  # 0s: every poll's items appended at once
             conf=(("spark.ui.enabled", "false"), ("spark.x", "3")),
             class_archive=False,
         ),

@@ -422,3 +422,28 @@ def test_the_dispatch_job_moved_to_a_past_moment_still_runs(
     finally:
         scheduler.shutdown()
     assert "skipped" not in caplog.text
+
+
+def test_polls_whose_items_wait_for_the_pace_do_not_hold_the_fetch_slots(
+    feed_server: FeedServer, store: StateStore
+):
+    """Two polls in flight at most, appends 5 s apart: the ten sources are all fetched
+    while the appends wait (a poll holding its place until its append would let two
+    through every 5 s), and their items all come in one or two appends."""
+    for i in range(10):
+        feed_server.routes[f"/f{i}"] = Reply(200, rss((f"g{i}", f"Item {i}")))
+    sources = [FeedSource(f"s{i}", feed_server.url(f"/f{i}"), 600.0) for i in range(10)]
+    sink = Sink()
+    settings = FetchSettings(
+        timeout_seconds=5.0, concurrency=2, per_host=2, host_spacing_seconds=0.0
+    )
+    scheduler = FeedScheduler(store, settings, sources, sink, append_every=5.0)
+    scheduler.start()
+    try:
+        wait_for(lambda: sum(len(feed_server.hits(f"/f{i}")) for i in range(10)) == 10, 4.0)
+        assert len(sink.batches) <= 1  # the rest wait for the pace
+        wait_for(lambda: len(sink.sources) == 10, timeout=15.0)
+    finally:
+        scheduler.shutdown()
+    assert len(sink.batches) <= 2
+    assert sorted(sink.sources) == sorted(s.name for s in sources)

@@ -34,6 +34,9 @@ class SparkSettings:
     # half of it on average before its batch starts (an idle trigger costs one listing
     # of the spool's new files per query: ~3-5% of a core at 0.5 s).
     trigger_seconds: float = 0.5
+    # While polls keep finding new items, their spool appends (each a micro-batch, ~0.3
+    # core-seconds of the JVM whatever its size) are at least this far apart; 0: off.
+    busy_trigger_seconds: float = 2.0
     conf: tuple[tuple[str, str], ...] = ()
     # The driver JVM's classes archived once and mapped at each start (spark/classarchive.py)
     class_archive: bool = True

@@ -50,12 +50,23 @@ def settings_section(problems: Problems, node: Marked | None, base_dir: Path) ->
 
     http = _http(problems, s.section("http", optional=("host", "port", "base_url")), d)
     sp = s.section(
-        "spark", optional=("master", "shuffle_partitions", "trigger", "conf", "class_archive")
+        "spark",
+        optional=(
+            "master",
+            "shuffle_partitions",
+            "trigger",
+            "busy_trigger",
+            "conf",
+            "class_archive",
+        ),
     )
     spark = SparkSettings(
         master=sp.string("master", d.spark.master),
         shuffle_partitions=sp.integer("shuffle_partitions", d.spark.shuffle_partitions, minimum=1),
         trigger_seconds=sp.duration("trigger", d.spark.trigger_seconds),
+        busy_trigger_seconds=sp.duration(
+            "busy_trigger", d.spark.busy_trigger_seconds, positive=False
+        ),
         conf=tuple((k, v) for k, v, _ in sp.string_map("conf")),
         class_archive=sp.boolean("class_archive", d.spark.class_archive),
     )

@@ -10,6 +10,14 @@ connector's guarantee: a state is recorded only once its items are safe, so a cr
 between the two refetches items the spool then drops as seen, and loses none.  When
 the append fails, each poll that had items is told so (it fails and is retried); the
 state-only commits of the batch go on.
+
+With ``pace`` (the daemon's ``settings.spark.busy_trigger``), the polls that found new
+items are appended at most once every ``pace`` seconds: each append is a spool file
+and so a Spark micro-batch, which costs the JVM about 0.3 core-seconds whatever its
+size (scripts/bench_trigger.py), so while new items keep coming (a first round of
+thousands of feeds) fewer, larger appends save most of that.  The first append after
+a quiet spell, items pushed in by a hub, and the polls' state-only commits (304s,
+errors) are written at once.
 """
 
 from __future__ import annotations
@@ -45,11 +53,15 @@ class Committer:
         *,
         max_wait: float = 0.05,
         max_polls: int = 500,
+        pace: float = 0.0,
     ) -> None:
         self.sink_many = sink_many
         self.states = states
         self.max_wait = max_wait
         self.max_polls = max_polls
+        self.pace = pace
+        self._appended = -pace  # (loop time) the last append of polls' items
+        self._timer: asyncio.TimerHandle | None = None
         self.batches = 0  # batches written (for tests and metrics)
         self._queue: list[_Pending] = []
         self._wake: asyncio.Event | None = None
@@ -80,6 +92,15 @@ class Committer:
         self._wake.set()
         await task
 
+    def _hold(self) -> float:
+        """Seconds the polls' items still wait (0: they are written now)."""
+        if self._closing or self.pace <= 0:
+            return 0.0
+        with_items = [p for p in self._queue if p.items]
+        if len(with_items) >= self.max_polls or any(p.state is None for p in with_items):
+            return 0.0  # a full batch, or items pushed in by a hub: now
+        return max(0.0, self._appended + self.pace - asyncio.get_running_loop().time())
+
     async def _serve(self) -> None:
         assert self._wake is not None
         while True:
@@ -87,15 +108,33 @@ class Committer:
             self._wake.clear()
             if not self._closing and len(self._queue) < self.max_polls:
                 await asyncio.sleep(self.max_wait)  # let the polls ending now join in
-            if self._queue:
-                await self._flush()
-            if self._queue:
+            now = self._hold() <= 0
+            if now or not all(p.items for p in self._queue):
+                await self._flush(items=now)
+            wait = self._hold()
+            if self._queue and wait > 0 and all(p.items for p in self._queue):
+                self._wake_in(wait)  # the items wait for the pace
+            elif self._queue:
                 self._wake.set()  # what came during the write waits its turn, and more
             elif self._closing:
                 return
 
-    async def _flush(self) -> None:
-        batch, self._queue = self._queue[: self.max_polls], self._queue[self.max_polls :]
+    def _wake_in(self, seconds: float) -> None:
+        assert self._wake is not None
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._wake.set)
+
+    async def _flush(self, items: bool = True) -> None:
+        """Write up to ``max_polls`` queued polls (``items``: those with items too)."""
+        chosen = [p for p in self._queue if items or not p.items][: self.max_polls]
+        taken = {id(p) for p in chosen}
+        self._queue = [p for p in self._queue if id(p) not in taken]
+        batch = chosen
+        if not batch:
+            return
+        if any(p.items for p in batch):
+            self._appended = asyncio.get_running_loop().time()
         outcome = await asyncio.to_thread(self._write, batch)
         self.batches += 1
         for pending, error in zip(batch, outcome, strict=True):

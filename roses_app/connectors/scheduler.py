@@ -48,7 +48,7 @@ from roses_app.connectors.freshness import at_risk, next_interval
 from roses_app.connectors.listing import Live
 from roses_app.connectors.loopthread import LoopThread
 from roses_app.connectors.parsepool import ParsePool
-from roses_app.connectors.poller import AsyncPoller, PollResult
+from roses_app.connectors.poller import AsyncPoller, Items, PollResult
 from roses_app.connectors.pollqueue import PollQueue, host_of
 from roses_app.connectors.pushin import PushIn
 from roses_app.connectors.refresh import Interval
@@ -80,8 +80,10 @@ class FeedScheduler(BudgetShares, PushIn):
         on_result: ResultHook | None = None,
         subscriber: Subscriber | None = None,
         spill_dir: Path | None = None,
+        append_every: float = 0.0,
     ) -> None:
         self.states = states
+        self.append_every = append_every  # the daemon's pace of items' appends (Committer)
         self.spill_dir = spill_dir  # where large documents go to the parse workers
         self.settings = settings
         values = sources.values() if isinstance(sources, Mapping) else sources
@@ -108,6 +110,7 @@ class FeedScheduler(BudgetShares, PushIn):
         self._armed: float | None = None  # when the dispatch job runs next
         self._freed: asyncio.Event | None = None  # a once run: a fetch ended
         self._finished: list[asyncio.Task[PollResult]] = []
+        self._stopping = False  # a stop cancels the polls: none starts in their place
 
     def live(self) -> Live:
         """What this scheduler knows of its sources, for :mod:`listing`."""
@@ -153,13 +156,14 @@ class FeedScheduler(BudgetShares, PushIn):
         finally:
             thread.close()
 
-    async def _open(self) -> None:
-        """The connector's parts, made on the loop that uses them."""
+    async def _open(self, pace: float = 0.0) -> None:
+        """The connector's parts, made on the loop that uses them (``pace``: see
+        :class:`Committer`; none for a once run, whose Spark run starts after its polls)."""
         self.fetcher = AsyncFetcher(self.settings, self.clock, base_dir=self.base_dir)
         self.parser = ParsePool(
             self.settings.parse_workers, self.settings.max_items, self.spill_dir
         )
-        self.committer = Committer(self.sink_many, self.states)
+        self.committer = Committer(self.sink_many, self.states, pace=pace)
         self.committer.start()
         self.poller = AsyncPoller(
             self.states,
@@ -167,13 +171,14 @@ class FeedScheduler(BudgetShares, PushIn):
             self.clock,
             self.fetcher,
             self.parser.parse,
-            self.committer.commit,
+            self._commit if pace > 0 else self.committer.commit,
             on_document=self._document if self.subscriber is not None else None,
             on_fetched=self._fetched,
         )
 
     async def _start(self) -> None:
-        await self._open()
+        self._stopping = False
+        await self._open(self.append_every)
         self._schedule(self.sources.values())
         self._aps = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         self._aps.add_job(
@@ -250,6 +255,7 @@ class FeedScheduler(BudgetShares, PushIn):
         self._unsubscribe_orphans()
 
     async def _stop(self) -> None:
+        self._stopping = True
         if self._aps is not None and self._aps.running:
             self._aps.shutdown(wait=False)
             # a dispatch job APScheduler has handed to the loop runs now (it never
@@ -281,6 +287,8 @@ class FeedScheduler(BudgetShares, PushIn):
         self._arm()
 
     def _start_due(self, once: bool = False) -> None:
+        if self._stopping:
+            return
         for name, due in self.queue.take(self.clock()):
             self._spawn(self._poll(name, due, once))
 
@@ -336,6 +344,15 @@ class FeedScheduler(BudgetShares, PushIn):
             self._arm()
         self._record(result)
         return result
+
+    async def _commit(self, name: str, items: Items, state: SourceState | None) -> None:
+        """A paced commit: a poll whose items wait for the next append leaves its place
+        among the ``concurrency`` polls in flight (waiting for the pace is no parsing
+        backlog, and the committer's queue is bounded by its ``max_polls``)."""
+        if items:
+            self.queue.done(name)
+            self._start_due()
+        await self.committer.commit(name, items, state)
 
     def _fetched(self, name: str) -> None:
         """A fetch ended: its slots go to the next due sources at once."""
