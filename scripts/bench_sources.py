@@ -27,7 +27,8 @@ and reports:
   of the daemon's process tree from /proc, by kind (main process, Spark's JVM, Spark's
   Python workers, parse workers: multiprocessing children, other), and of the farm
   (its thread, and this whole process).  Memory: peak RSS of the tree (sampled every
-  second) and of the main process alone.
+  second; also as PSS, which counts the pages forked workers share once), of the main
+  process alone, and of each kind's processes together.
 
 Modes: `fixed` gives every source `every: --every` (default 5m); `adaptive` gives none
 and sets settings.fetch from ADAPTIVE_FETCH below (min_every, max_every, a budget of
@@ -197,6 +198,7 @@ class TreeMonitor(threading.Thread):
         self.last: dict[tuple[int, str], float] = {}
         self.peak_tree = self.peak_main = self.main_hwm = 0
         self.peak_kinds: dict[str, int] = {}  # kind -> its processes' peak RSS together
+        self.peak_pss = 0  # of the tree: shared pages counted once
         self.marked_at = self.stopped_at = time.monotonic()
         self._lock, self._done = threading.Lock(), threading.Event()
 
@@ -205,7 +207,7 @@ class TreeMonitor(threading.Thread):
             self.sample()
 
     def sample(self) -> None:
-        total = 0
+        total = pss = 0
         kinds: dict[str, int] = dict.fromkeys(KINDS, 0)
         with self._lock:
             for pid in proctree.tree_pids(self.root):
@@ -218,11 +220,13 @@ class TreeMonitor(threading.Thread):
                     if self.first is not None:
                         self.first.setdefault((pid, kind), 0.0)  # started since the mark
                 total += rss
+                pss += proctree.pss_bytes(pid)
                 kinds[kind] += rss
                 if kind == "main":
                     self.peak_main = max(self.peak_main, rss)
                     self.main_hwm = max(self.main_hwm, high_water(pid))
         self.peak_tree = max(self.peak_tree, total)
+        self.peak_pss = max(self.peak_pss, pss)
         for kind, rss in kinds.items():
             self.peak_kinds[kind] = max(self.peak_kinds.get(kind, 0), rss)
 
@@ -271,6 +275,7 @@ class Run:
     peak_tree: int = 0
     peak_main: int = 0
     peak_kinds: dict[str, int] = field(default_factory=dict)
+    peak_pss: int = 0
     figures: dict[str, float | None] = field(default_factory=dict)
     per_minute: list[int] = field(default_factory=list)  # requests per minute from the first
     healthz_ms: list[float] = field(default_factory=list)  # /healthz answer times while polling
@@ -345,6 +350,7 @@ def measure(farm: FeedFarm, daemon: PollDaemon, run: Run, args: argparse.Namespa
     run.cores, run.peak_tree = monitor.cores(), monitor.peak_tree
     run.peak_main = max(monitor.peak_main, monitor.main_hwm)
     run.peak_kinds = dict(monitor.peak_kinds)
+    run.peak_pss = monitor.peak_pss
 
 
 def process_cpu() -> float:
@@ -583,8 +589,8 @@ def details(run: Run) -> list[str]:
         f"/metrics scrape p50 {fmt(_pct(run.metrics_ms, 50), '.0f')} ms, p99 "
         f"{fmt(_pct(run.metrics_ms, 99), '.0f')} ms over {len(run.metrics_ms)}",
         f"- CPU cores: {cores}; farm thread {run.farm_cores:.2f}, bench process "
-        f"{run.bench_cores:.2f}; peak RSS: tree {mb(run.peak_tree)} MB, main "
-        f"{mb(run.peak_main)} MB; each kind's peak: "
+        f"{run.bench_cores:.2f}; peak RSS: tree {mb(run.peak_tree)} MB (PSS, shared pages "
+        f"once: {mb(run.peak_pss)} MB), main {mb(run.peak_main)} MB; each kind's peak: "
         + ", ".join(f"{kind} {mb(rss)} MB" for kind, rss in run.peak_kinds.items()),
     ]
 

@@ -52,6 +52,20 @@ def tree_pids(root: int) -> list[int]:
     return found
 
 
+def pss_bytes(pid: int) -> int:
+    """The proportional set size of one process (its private pages, and its share of
+    those it shares: forked workers' RSS counts their parent's pages again, PSS
+    does not, so the PSS of a tree adds up to what it takes); 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        return 0
+    return 0
+
+
 def rss_bytes(pid: int) -> int:
     """The resident memory of one process; 0 when it is gone."""
     try:
