@@ -16,9 +16,10 @@ from typing import Any
 from roses_app.algebra.lateness import split_tallies
 from roses_app.config.model import Config
 from roses_app.connectors import FeedScheduler, StateStore
-from roses_app.connectors.listing import listing, parse_query
+from roses_app.connectors.listing import Snapshot as SourceRows
+from roses_app.connectors.listing import rows_of
 from roses_app.connectors.mail import MailConnectors
-from roses_app.metrics import Metrics, Snapshot
+from roses_app.metrics import PER_SOURCE_LIMIT, Metrics, Snapshot
 from roses_app.publish.websub import Hub
 from roses_app.spark.progress import WatermarkDrops
 from roses_app.spool import Spool
@@ -37,6 +38,9 @@ class QueryState:
     streams: frozenset[str]
 
 
+KEPT_ROWS_SECONDS = 10.0  # sources' rows, above PER_SOURCE_LIMIT sources
+
+
 class DaemonStatus:
     """The daemon's status readers (see the module docstring)."""
 
@@ -52,6 +56,7 @@ class DaemonStatus:
     errors: Any  # Spark accumulator: dropped items per step
     _late: WatermarkDrops  # per query: rows dropped behind the watermark
     _query_states: dict[str, QueryState]  # per query, replaced whole by each look
+    _source_rows: SourceRows | None = None  # made at the first source_rows()
 
     def _count_late(self) -> None:
         """Add up the rows each query's stateful operators dropped behind the watermark
@@ -130,8 +135,22 @@ class DaemonStatus:
 
     def sources_page(self, params: Mapping[str, str]) -> dict[str, Any]:
         """``/sources``: a page of the feed sources' health (ValueError: a bad query)."""
-        query = parse_query(params)
-        return listing(self.states, self.scheduler.sources, self.scheduler.live(), query)
+        return self.source_rows()(params)
+
+    def source_rows(self) -> SourceRows:
+        """Every feed source's row, for ``/sources`` and the console's pages alike:
+        kept a while above PER_SOURCE_LIMIT sources, where reading them all takes a
+        second (100,000); below, read at each page, so a few sources polled every
+        minute show their last and next poll as they are."""
+        if self._source_rows is None:
+            kept = KEPT_ROWS_SECONDS if len(self.scheduler.sources) > PER_SOURCE_LIMIT else 0.0
+            self._source_rows = SourceRows(
+                lambda: rows_of(self.states, self.scheduler.sources, self.scheduler.live()),
+                max_age=kept,
+            )
+            if kept > 0:
+                self._source_rows.warm()
+        return self._source_rows
 
     def snapshot(self) -> Snapshot:
         """What ``/metrics`` reads at each scrape (see :mod:`roses_app.metrics`)."""

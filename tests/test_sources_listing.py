@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from roses_app.config import parse_config
 from roses_app.config.model import FeedSource
-from roses_app.connectors.listing import Live, listing, parse_query
+from roses_app.connectors.listing import Live, listing, parse_query, rows_of
 from roses_app.connectors.poller import PollResult
 from roses_app.connectors.refresh import Interval
 from roses_app.connectors.state import SourceState, StateStore
@@ -110,7 +111,15 @@ def test_below_the_limit_sources_keep_their_own_series():
 
 def test_the_daemon_serves_sources_and_a_short_health_at_scale(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("roses_app.metrics.PER_SOURCE_LIMIT", 2)
+    monkeypatch.setattr("roses_app.daemon_status.PER_SOURCE_LIMIT", 2)
     monkeypatch.setattr("roses_app.daemon_status.IMPLAUSIBLE_NAMED", 2)
+    readings = []
+
+    def counted(*args: Any) -> list[dict[str, Any]]:
+        readings.append(1)
+        return rows_of(*args)
+
+    monkeypatch.setattr("roses_app.daemon_status.rows_of", counted)
     lines = "\n".join(f'  s{n}: {{feed: "http://127.0.0.1:9/{n}.xml"}}' for n in range(5))
     config = parse_config(
         f"settings: {{data_dir: ./data}}\nsources:\n{lines}\n"
@@ -129,6 +138,7 @@ def test_the_daemon_serves_sources_and_a_short_health_at_scale(tmp_path: Path, m
     server.start()
     try:
         page = httpx.get(f"{server.url}/sources?per_page=2&sort=-name", timeout=10)
+        again = httpx.get(f"{server.url}/sources?per_page=2&status=never", timeout=10)
         bad = httpx.get(f"{server.url}/sources?sort=colour", timeout=10)
         health = httpx.get(f"{server.url}/healthz", timeout=10).json()
     finally:
@@ -137,6 +147,9 @@ def test_the_daemon_serves_sources_and_a_short_health_at_scale(tmp_path: Path, m
     assert page.status_code == 200
     assert page.json()["total"] == 5
     assert [r["name"] for r in page.json()["sources"]] == ["s4", "s3"]
+    assert again.json()["total"] == 5  # none polled yet
+    # above the limit the rows are read once and kept a while, not at each request
+    assert len(readings) == 1
     assert bad.status_code == 400 and "sort must be one of" in bad.text
     assert health["sources"] == {"see": "/sources", "total": 5}
     # old dates: counted, the sources with most named, not every source

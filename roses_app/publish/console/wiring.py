@@ -7,15 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from roses_app.algebra.lateness import split_tallies
 from roses_app.config.edit import apply_stream
-from roses_app.connectors.listing import Snapshot, one, rows_of
-from roses_app.metrics import PER_SOURCE_LIMIT
+from roses_app.connectors.listing import one
 from roses_app.publish.console.deps import ConsoleDeps, Counters, PreviewAsk
 from roses_app.publish.console.history import PollHistory
 from roses_app.publish.console.recent import Recent, recent_items
 from roses_app.publish.console.streampages import explain_stream
 from roses_app.publish.preview import Previewer, PreviewRequest, PreviewResult
-
-KEPT_ROWS_SECONDS = 10.0  # the console's sources pages above PER_SOURCE_LIMIT sources
 
 if TYPE_CHECKING:
     from roses_app.daemon import Daemon
@@ -50,14 +47,7 @@ def daemon_console(daemon: Daemon, history: PollHistory) -> ConsoleDeps | None:
     def preview(ask: PreviewAsk) -> PreviewResult:
         return previewer.preview(PreviewRequest(**asdict(ask)))
 
-    sources = Snapshot(
-        lambda: rows_of(daemon.states, scheduler.sources, scheduler.live()),
-        # kept a while only where reading them costs (a second at 100,000): a few
-        # sources polled every minute show their last and next poll as they are
-        max_age=KEPT_ROWS_SECONDS if len(scheduler.sources) > PER_SOURCE_LIMIT else 0.0,
-    )
-    if sources.max_age > 0:
-        sources.warm()
+    sources = daemon.source_rows()  # (shared with /sources)
     return ConsoleDeps(
         settings=settings,
         config=lambda: daemon.config,
