@@ -28,7 +28,7 @@ and reports:
   Python workers, parse workers: multiprocessing children, other), and of the farm
   (its thread, and this whole process).  Memory: peak RSS of the tree (sampled every
   second; also as PSS, which counts the pages forked workers share once), of the main
-  process alone, and of each kind's processes together.
+  process alone, and each kind's processes' peak PSS together.
 
 Modes: `fixed` gives every source `every: --every` (default 5m); `adaptive` gives none
 and sets settings.fetch from ADAPTIVE_FETCH below (min_every, max_every, a budget of
@@ -197,7 +197,9 @@ class TreeMonitor(threading.Thread):
         self.first: dict[tuple[int, str], float] | None = None  # None: before mark()
         self.last: dict[tuple[int, str], float] = {}
         self.peak_tree = self.peak_main = self.main_hwm = 0
-        self.peak_kinds: dict[str, int] = {}  # kind -> its processes' peak RSS together
+        # kind -> its processes' peak PSS together: a child the JVM has forked and not
+        # yet exec'd shows the JVM's RSS (and command line) for a moment, its PSS not
+        self.peak_kinds: dict[str, int] = {}
         self.peak_pss = 0  # of the tree: shared pages counted once
         self.marked_at = self.stopped_at = time.monotonic()
         self._lock, self._done = threading.Lock(), threading.Event()
@@ -219,9 +221,10 @@ class TreeMonitor(threading.Thread):
                     self.last[pid, kind] = cpu
                     if self.first is not None:
                         self.first.setdefault((pid, kind), 0.0)  # started since the mark
+                share = proctree.pss_bytes(pid)
                 total += rss
-                pss += proctree.pss_bytes(pid)
-                kinds[kind] += rss
+                pss += share
+                kinds[kind] += share
                 if kind == "main":
                     self.peak_main = max(self.peak_main, rss)
                     self.main_hwm = max(self.main_hwm, high_water(pid))
@@ -590,7 +593,7 @@ def details(run: Run) -> list[str]:
         f"{fmt(_pct(run.metrics_ms, 99), '.0f')} ms over {len(run.metrics_ms)}",
         f"- CPU cores: {cores}; farm thread {run.farm_cores:.2f}, bench process "
         f"{run.bench_cores:.2f}; peak RSS: tree {mb(run.peak_tree)} MB (PSS, shared pages "
-        f"once: {mb(run.peak_pss)} MB), main {mb(run.peak_main)} MB; each kind's peak: "
+        f"once: {mb(run.peak_pss)} MB), main {mb(run.peak_main)} MB; each kind's peak PSS: "
         + ", ".join(f"{kind} {mb(rss)} MB" for kind, rss in run.peak_kinds.items()),
     ]
 
