@@ -96,19 +96,6 @@ def config_text(data: Path, feed_port: int, args: argparse.Namespace) -> str:
     )
 
 
-def pss_bytes(pid: int) -> int:
-    """The process's proportional set size: its pages, those it shares counted in part
-    (a forked worker's pages shared with its parent are not counted twice)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0  # gone meanwhile
-    return 0
-
-
 class Sampler(HighWaterSampler):
     """HighWaterSampler that also keeps the highest PSS sum over the tree."""
 
@@ -119,7 +106,7 @@ class Sampler(HighWaterSampler):
     def sample(self) -> None:
         super().sample()
         pids = [pid for pid in proctree.tree_pids(self.root) if self.kind and self.kind(pid)]
-        self.pss_peak = max(self.pss_peak, sum(pss_bytes(pid) for pid in pids))
+        self.pss_peak = max(self.pss_peak, sum(proctree.pss_bytes(pid) for pid in pids))
 
 
 def kinds_of(root: int) -> Callable[[int], str]:
