@@ -216,18 +216,6 @@ def process_kinds(root: int) -> Callable[[int], str]:
     return kind
 
 
-def high_water(pid: int) -> int:
-    """The process's peak resident memory so far (VmHWM); 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0  # gone meanwhile: the sampler keeps its last reading
-    return 0
-
-
 class HighWaterSampler(proctree.PeakSampler):
     """PeakSampler that also keeps each process's last VmHWM (exact, between samples too)."""
 
@@ -239,7 +227,7 @@ class HighWaterSampler(proctree.PeakSampler):
         super().sample()
         for pid in proctree.tree_pids(self.root):
             label = self.kind(pid) if self.kind is not None else "all"
-            value = high_water(pid)
+            value = proctree.high_water(pid)
             if value and label:
                 self.high[pid, label] = max(value, self.high.get((pid, label), 0))
 

@@ -44,7 +44,6 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the subscriber fleet, shared w
 
 import bench_scale as scale  # noqa: E402
 import proctree  # noqa: E402
-from bench_hostile_memory import high_water  # noqa: E402
 from bench_service import Daemon, free_port, http_get, percentile, wait_for_all  # noqa: E402
 from benchlib import work_folder  # noqa: E402
 from websub_fleet import Fleet  # noqa: E402
@@ -174,7 +173,7 @@ def run(folder: Path, args: argparse.Namespace) -> Figures:
         with proctree.PeakSampler(daemon.pid, every=0.5) as sampler:
             subscribe(daemon, fleet, figures, args.verify_timeout)
             changes(folder, fleet, figures, args.changes, args.change_timeout)
-            figures.daemon_peak = high_water(daemon.pid)
+            figures.daemon_peak = proctree.high_water(daemon.pid)
         figures.tree_peak = sampler.peak
         stop(daemon, figures)
     finally:

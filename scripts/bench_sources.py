@@ -64,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import proctree
-from bench_hostile_memory import cmdline, high_water
+from bench_hostile_memory import cmdline
 from bench_scale import machine, roses_command
 from bench_service import Daemon, free_port, http_get, percentile
 from benchlib import argument_parser, fmt, work_folder
@@ -227,7 +227,7 @@ class TreeMonitor(threading.Thread):
                 kinds[kind] += share
                 if kind == "main":
                     self.peak_main = max(self.peak_main, rss)
-                    self.main_hwm = max(self.main_hwm, high_water(pid))
+                    self.main_hwm = max(self.main_hwm, proctree.high_water(pid))
         self.peak_tree = max(self.peak_tree, total)
         self.peak_pss = max(self.peak_pss, pss)
         for kind, rss in kinds.items():

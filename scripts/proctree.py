@@ -52,18 +52,28 @@ def tree_pids(root: int) -> list[int]:
     return found
 
 
-def pss_bytes(pid: int) -> int:
-    """The proportional set size of one process (its private pages, and its share of
-    those it shares: forked workers' RSS counts their parent's pages again, PSS
-    does not, so the PSS of a tree adds up to what it takes); 0 when it is gone."""
+def _kb_field(path: str, key: str) -> int:
+    """Bytes of the ``key: N kB`` line of a /proc file; 0 when the process is gone."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("Pss:"):
+                if line.startswith(key):
                     return int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
         return 0
     return 0
+
+
+def pss_bytes(pid: int) -> int:
+    """The proportional set size of one process (its private pages, and its share of
+    those it shares: forked workers' RSS counts their parent's pages again, PSS
+    does not, so the PSS of a tree adds up to what it takes); 0 when it is gone."""
+    return _kb_field(f"/proc/{pid}/smaps_rollup", "Pss:")
+
+
+def high_water(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM); 0 when it is gone."""
+    return _kb_field(f"/proc/{pid}/status", "VmHWM:")
 
 
 def rss_bytes(pid: int) -> int:

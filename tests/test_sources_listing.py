@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from roses_app.config import parse_config
 from roses_app.config.model import FeedSource
-from roses_app.connectors.listing import Live, listing, parse_query, rows_of
+from roses_app.connectors.listing import Live, Query, page_of, parse_query, rows_of
 from roses_app.connectors.poller import PollResult
 from roses_app.connectors.refresh import Interval
 from roses_app.connectors.state import SourceState, StateStore
@@ -42,6 +42,13 @@ LIVE = Live(
     intervals={"feed1": Interval(300.0, "rate 1 items/h: about one new item per poll")},
     lags=lambda name: 0.5 if name == "feed3" else None,
 )
+
+
+def listing(
+    store: StateStore, sources: dict[str, FeedSource], live: Live, query: Query
+) -> dict[str, Any]:
+    """The page ``query`` asks for, of rows read now (the daemon keeps them a while)."""
+    return page_of(rows_of(store, sources, live), query)
 
 
 def test_a_page_of_sources_filtered_and_sorted(tmp_path: Path):

@@ -82,13 +82,6 @@ _COLUMNS = ("name, url, last_status, last_error, last_attempt_at, n_polls, n_not
             "n_errors, failures, rate_items, rate_seconds")  # fmt: skip
 
 
-def listing(
-    store: StateStore, sources: Mapping[str, FeedSource], live: Live, query: Query
-) -> dict[str, Any]:
-    """The page of sources ``query`` asks for, with the number of matches."""
-    return page_of(rows_of(store, sources, live), query)
-
-
 def rows_of(
     store: StateStore, sources: Mapping[str, FeedSource], live: Live
 ) -> list[dict[str, Any]]:
