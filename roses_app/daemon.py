@@ -243,10 +243,10 @@ class Daemon(DaemonStatus):
         pull = PullQueries(self.current_config, self.spool.root)
         console = None
         if self.history is not None:
-            from roses_app.publish.console.wiring import daemon_console
+            from roses_app.daemon_console import daemon_console
 
             self.history.start()
-            console = daemon_console(self, self.history)
+            console = daemon_console(self, self.history, self.reload, self.clock)
         app = create_app(
             self.current_config,
             self.store,

@@ -69,14 +69,14 @@ def test_real_apply_changes_feeds_yaml(real: Env):
 def test_the_daemon_wires_the_console(tmp_path: Path):
     from roses_app.connectors.poller import PollResult
     from roses_app.daemon import Daemon
-    from roses_app.publish.console.wiring import daemon_console
+    from roses_app.daemon_console import daemon_console
 
     daemon = Daemon(write_config(tmp_path))
     try:
         assert daemon.history is not None
         daemon._on_poll(PollResult("guardian", "error", 0, "HTTP 404 Not Found"))
         assert [p.message for p in daemon.history.recent("guardian")] == ["HTTP 404 Not Found"]
-        deps = daemon_console(daemon, daemon.history)
+        deps = daemon_console(daemon, daemon.history, daemon.reload, daemon.clock)
         assert deps is not None and deps.reload is not None and deps.preview is not None
         # two sources: each page reads them afresh (last and next poll as they are now)
         assert deps.sources.max_age == 0.0  # type: ignore[attr-defined]

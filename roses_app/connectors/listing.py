@@ -150,7 +150,8 @@ class Snapshot:
     console left alone a while) are read again too, and the page waits up to ``WAIT``
     seconds for them; past that it is made from the kept rows, which say their age
     (``rows_age_seconds``), so no page waits for a whole reading.  With no rows yet,
-    the page waits for them."""
+    the page waits for them, or at most ``first_wait`` seconds when asked: then it
+    is empty and says ``"reading": true`` (a page for people that comes at once)."""
 
     STALE = 6
     WAIT = 0.15
@@ -171,12 +172,19 @@ class Snapshot:
         self._at: float | None = None
         self._reading: threading.Thread | None = None
 
-    def __call__(self, params: Mapping[str, str]) -> dict[str, Any]:
+    def __call__(
+        self, params: Mapping[str, str], first_wait: float | None = None
+    ) -> dict[str, Any]:
         """The page ``params`` ask for (a ValueError: a bad query)."""
         query = parse_query(params)
         age = None if self._at is None else self.clock() - self._at
-        if age is None:
+        if age is None and first_wait is None:
             self._rebuild()
+        elif age is None:
+            self._read_in_thread().join(first_wait)
+            if self._at is None:
+                return {"total": 0, "page": query.page, "per_page": query.per_page,
+                        "sources": [], "reading": True}  # fmt: skip
         elif age > self.max_age:
             reading = self._read_in_thread()
             if age > self.max_age * self.STALE:

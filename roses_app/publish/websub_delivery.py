@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import httpx
 
+from roses_app.config.model import WebSubSettings
 from roses_app.publish.cache import Document
+from roses_app.publish.catalog import Catalog
 from roses_app.publish.render import FeedInfo
 from roses_app.publish.websub_client import (
     USER_AGENT,
@@ -38,11 +40,13 @@ from roses_app.publish.websub_client import (
     exchange,
     host_of,
 )
-from roses_app.publish.websub_intent import TOPIC_FORMATS, link_header, topic_url
-from roses_app.publish.websub_table import SIGNATURE_HEADER, Subscription, sign
-
-if TYPE_CHECKING:
-    from roses_app.publish.websub import Hub
+from roses_app.publish.websub_intent import TOPIC_FORMATS, Topics, link_header, topic_url
+from roses_app.publish.websub_table import (
+    SIGNATURE_HEADER,
+    Subscription,
+    SubscriptionTable,
+    sign,
+)
 
 log = logging.getLogger("roses_app.publish.websub")
 
@@ -50,11 +54,29 @@ Renderer = Callable[[FeedInfo, str], Document]
 Key = tuple[str, str]  # a subscription: (topic, callback)
 
 
+class DeliveringHub(Protocol):
+    """What deliveries use of their hub (:class:`roses_app.publish.websub.Hub`,
+    which imports this module: named here by its parts, not imported back)."""
+
+    settings: WebSubSettings
+    table: SubscriptionTable
+    catalog: Catalog
+    topics: Topics
+    clock: Callable[[], float]
+    deadline: float
+    counters: dict[str, int]
+
+    @property
+    def base(self) -> str | None: ...
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
+
+
 class Deliveries:
     """The hub's content distribution; everything but :meth:`forget` (also on the
     loop) runs as tasks on the hub's loop."""
 
-    def __init__(self, hub: Hub, *, retry_delay: float, max_attempts: int) -> None:
+    def __init__(self, hub: DeliveringHub, *, retry_delay: float, max_attempts: int) -> None:
         self.hub = hub
         self.retry_delay = retry_delay
         self.max_attempts = max(1, max_attempts)

@@ -36,7 +36,7 @@ from roses_app.publish.console.guard import Audit, LoginLimiter
 from roses_app.publish.console.layout import HEADERS, esc, notice, page
 from roses_app.publish.console.plansvg import streams_by_source
 from roses_app.publish.console.revoke import RevocationError, Revocations
-from roses_app.publish.console.sourcepages import source_body, sources_body
+from roses_app.publish.console.sourcepages import FIRST_WAIT, source_body, sources_body
 from roses_app.publish.console.streampages import stream_body, streams_body
 
 log = logging.getLogger("roses_app.publish.console")
@@ -220,8 +220,13 @@ class Console:
         published = sum(1 for s in config.streams.values() if s.published)
         counts = {}
         for status in ("ok", "not_modified", "error", "gone", "never"):
-            counts[status] = self.deps.sources({"status": status, "per_page": "1"})["total"]
+            found = self.deps.sources({"status": status, "per_page": "1"}, first_wait=FIRST_WAIT)
+            if found.get("reading"):  # the daemon has just started (once read, kept)
+                break
+            counts[status] = found["total"]
         statuses = ", ".join(f"{n:,} {s}" for s, n in counts.items() if n)
+        if found.get("reading"):
+            statuses = "their rows being read"
         return [
             '<dl class="facts" id="overview">',
             f"<dt>Config</dt><dd>{esc(str(config.path))}</dd>",

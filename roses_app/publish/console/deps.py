@@ -32,6 +32,15 @@ class History(Protocol):
     def recent(self, source: str, limit: int = ...) -> list[Poll]: ...
 
 
+class Listing(Protocol):
+    """A page of the sources' listing (:class:`roses_app.connectors.listing.Snapshot`):
+    ``first_wait``, how long a first page may wait for the rows to be read."""
+
+    def __call__(
+        self, params: Mapping[str, str], first_wait: float | None = None
+    ) -> dict[str, Any]: ...
+
+
 # dropped (per step), late, revised, unchanged (per stream), watermark (per Spark query)
 Counters = Mapping[str, Mapping[str, int]]
 
@@ -40,7 +49,7 @@ Counters = Mapping[str, Mapping[str, int]]
 class ConsoleDeps:
     """The console's view of a running ROSES.
 
-    ``sources(params)``: a page of the ``/sources`` listing; ``source(name)``: one
+    ``sources(params, first_wait)``: a page of the ``/sources`` listing; ``source(name)``: one
     source's row now (None: not a feed source); ``history``: its last polls;
     ``recent(source, n)``: its newest items in the spool; ``queries()``: stream ->
     the Spark query that runs it; ``counters()``: the health's tallies; ``explain``:
@@ -51,7 +60,7 @@ class ConsoleDeps:
     config: Callable[[], Config]
     data_dir: Path
     store: Store
-    sources: Callable[[Mapping[str, str]], dict[str, Any]]
+    sources: Listing
     source: Callable[[str], dict[str, Any] | None]
     history: History
     recent: Callable[[str, int], Recent]

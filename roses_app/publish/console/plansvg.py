@@ -65,6 +65,16 @@ def plan_svg(config: Config, queries: Mapping[str, str], sources: Rate, streams:
     return _summary(config, queries, sources)
 
 
+def plan_svg_soon(
+    config: Config, queries: Mapping[str, str], sources: Rate, streams: Rate, wait: float
+) -> str | None:
+    """:func:`plan_svg`, or None when a large config's summary is not worked out
+    within ``wait`` seconds (it goes on in a thread: the next page has it)."""
+    if len(config.streams) * 2 > SMALL_NODES and not _summarised_within(config, wait):
+        return None
+    return plan_svg(config, queries, sources, streams)
+
+
 def _boxes(config: Config, plan: GlobalPlan, queries: Mapping[str, str]) -> list[Box]:
     boxes = []
     for dag in plan.nodes.values():
@@ -194,6 +204,8 @@ def _box(box: Box, x: int, y: int) -> str:
 
 _BY_SOURCE: dict[int, tuple[Config, dict[str, list[str]], dict[str, bool]]] = {}
 _BY_SOURCE_LOCK = threading.Lock()
+_WORKING: dict[int, threading.Thread] = {}  # the thread working out a config's summary
+_WORKING_LOCK = threading.Lock()
 
 
 def streams_by_source(config: Config) -> tuple[dict[str, list[str]], dict[str, bool]]:
@@ -201,6 +213,24 @@ def streams_by_source(config: Config) -> tuple[dict[str, list[str]], dict[str, b
     (Memos by node identity: a node's hash is a digest to compute.)"""
     with _BY_SOURCE_LOCK:  # a second asker waits for the first one's answer
         return _streams_by_source(config)
+
+
+def _summarised_within(config: Config, wait: float) -> bool:
+    """Whether :func:`streams_by_source` of ``config`` is known within ``wait`` seconds
+    (worked out in a thread of its own, one at a time)."""
+    with _WORKING_LOCK:
+        found = _BY_SOURCE.get(id(config))
+        if found is not None and found[0] is config:
+            return True
+        working = _WORKING.get(id(config))
+        if working is None or not working.is_alive():
+            working = threading.Thread(target=streams_by_source, args=(config,),
+                                       name="plan-summary", daemon=True)  # fmt: skip
+            _WORKING.clear()
+            _WORKING[id(config)] = working
+            working.start()
+    working.join(wait)
+    return not working.is_alive()
 
 
 def _streams_by_source(config: Config) -> tuple[dict[str, list[str]], dict[str, bool]]:

@@ -20,11 +20,18 @@ from roses_app.publish.sourcespage import COLUMNS
 PATH = "/console/sources"
 RECENT_ITEMS = 20
 PARAMS = ("q", "status", "sort", "per_page")
+# A first page waits this long for the rows (at 100,000 sources their first reading
+# takes about a second); then it says they are coming instead of keeping one waiting.
+FIRST_WAIT = 0.15
+READING = ("The rows of the {:,} sources are being read (the daemon has just started): "
+           "reload this page in a moment.")  # fmt: skip
 
 
 def sources_body(deps: ConsoleDeps, params: Mapping[str, str]) -> list[str]:
     """The listing page's body (a ValueError: a bad query, said by the caller)."""
-    page = deps.sources(params)
+    page = deps.sources(params, first_wait=FIRST_WAIT)
+    if page.get("reading"):
+        return [notice(READING.format(len(deps.config().sources)))]
     kept = {k: params[k] for k in PARAMS if params.get(k)}
     now = deps.clock()
     rows = [_cells(row, now) for row in page["sources"]]

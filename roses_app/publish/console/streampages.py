@@ -14,13 +14,14 @@ from roses_app.config.model import Config, StreamConfig
 from roses_app.publish.console.chart import DAYS, hourly_svg
 from roses_app.publish.console.deps import ConsoleDeps
 from roses_app.publish.console.layout import esc, named, notice, pager, table, when
-from roses_app.publish.console.plansvg import plan_svg, streams_by_source
+from roses_app.publish.console.plansvg import plan_svg_soon, streams_by_source
 from roses_app.publish.console.recent import shown
 
 PATH = "/console/streams"
 PER_PAGE = 100
 RECENT_ITEMS = 20
 DEFINITION_LINES = 200
+FIRST_WAIT = 0.15  # for the plan's summary (about a second at 100,000 streams)
 
 
 def streams_body(deps: ConsoleDeps, params: Mapping[str, str]) -> list[str]:
@@ -36,7 +37,10 @@ def streams_body(deps: ConsoleDeps, params: Mapping[str, str]) -> list[str]:
         per_day = None if row is None else row["items_per_day"]
         return None if per_day is None else per_day / 24.0
 
-    picture = plan_svg(config, queries, polled, stored)
+    picture = plan_svg_soon(config, queries, polled, stored, FIRST_WAIT) or notice(
+        f"The plan of {len(config.streams):,} streams is being summarised for its picture "
+        "(the daemon has just started, or feeds.yaml changed): reload this page in a moment."
+    )
     names = _chosen(config, params)
     number = _page_number(params)
     shown_names = names[(number - 1) * PER_PAGE : number * PER_PAGE]

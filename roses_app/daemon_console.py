@@ -1,25 +1,35 @@
-"""The console's dependencies taken from a running daemon (its one place of wiring)."""
+"""The console's dependencies taken from a running daemon (its one place of wiring).
+
+The daemon's parts come through :class:`~roses_app.daemon_status.DaemonStatus`, the
+daemon's base class, and its ``reload`` and ``clock`` as arguments: this module never
+imports :mod:`roses_app.daemon`, which imports it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from roses_app.algebra.lateness import split_tallies
 from roses_app.config.edit import apply_stream
 from roses_app.connectors.listing import one
+from roses_app.daemon_reload import ReloadResult
+from roses_app.daemon_status import DaemonStatus
 from roses_app.publish.console.deps import ConsoleDeps, Counters, PreviewAsk
 from roses_app.publish.console.history import PollHistory
 from roses_app.publish.console.recent import Recent, recent_items
 from roses_app.publish.console.streampages import explain_stream
 from roses_app.publish.preview import Previewer, PreviewRequest, PreviewResult
 
-if TYPE_CHECKING:
-    from roses_app.daemon import Daemon
 
-
-def daemon_console(daemon: Daemon, history: PollHistory) -> ConsoleDeps | None:
-    """What the console of ``daemon`` reads and calls; None when it is off."""
+def daemon_console(
+    daemon: DaemonStatus,
+    history: PollHistory,
+    reload: Callable[[str], ReloadResult],
+    clock: Callable[[], float],
+) -> ConsoleDeps | None:
+    """What the console of ``daemon`` reads and calls (``reload(reason)`` applies
+    feeds.yaml again); None when it is off."""
     settings = daemon.config.settings.console
     if settings is None:
         return None
@@ -62,6 +72,6 @@ def daemon_console(daemon: Daemon, history: PollHistory) -> ConsoleDeps | None:
         explain=lambda name: explain_stream(daemon.config, name),
         preview=preview,
         apply=apply_stream,
-        reload=daemon.reload,
-        clock=daemon.clock,
+        reload=reload,
+        clock=clock,
     )
