@@ -4,7 +4,7 @@
   Content-Security-Policy as a header (and keep the ``<meta>``);
 * a 404 says where the feeds are listed and echoes nothing of the request;
 * the URLs an item carries outside its HTML (a category's domain, enclosures, link,
-  comments, source, media, related links) are http(s) in RSS, Atom, JSON Feed and the
+  comments, source, media, related links, ``xml:base``, ``rdf:resource``/``about``) are http(s) in RSS, Atom, JSON Feed and the
   HTML page: a stored item with ``javascript:`` in each (what a mutator may build) is
   published without them; a category domain that is a name, a web URL or a URN stays.
 """
@@ -27,6 +27,7 @@ from roses_app.store import OutRow
 ATOM = FEED_NAMESPACES["atom"]
 MEDIA = FEED_NAMESPACES["media"]
 ITUNES = FEED_NAMESPACES["itunes"]
+RDF = "http://www.w3.org/1999/02/22-rdf-syntax-ns#"
 T = 1_700_000_000_000_000
 
 HOSTILE = (
@@ -42,7 +43,10 @@ HOSTILE = (
     '<media:content url="javascript:alert(7)" medium="image"/>'
     '<media:thumbnail url="data:image/png;base64,AAAA"/>'
     '<atom:link rel="related" href="javascript:alert(8)"/>'
-    '<itunes:image href="javascript:alert(9)"/></item>'
+    '<itunes:image href="javascript:alert(9)"/>'
+    '<media:credit xml:base="javascript:alert(10)">C</media:credit>'
+    f'<media:credit xmlns:rdf="{RDF}" rdf:resource="javascript:alert(11)">A</media:credit>'
+    f'<media:credit xmlns:rdf="{RDF}" rdf:about="vbscript:msgbox(12)">B</media:credit></item>'
 )
 FINE = (
     "<item><title>Ordinary domains</title><link>https://example.org/fine</link>"
@@ -125,6 +129,8 @@ def test_no_dangerous_url_in_any_format(env: Env) -> None:
     assert [c.get("domain") for c in hostile.findall("category")] == [None, None, None]
     for gone in ("link", "comments", "enclosure", "source", f"{{{MEDIA}}}content"):
         assert hostile.find(gone) is None, gone
+    credits = hostile.findall(f"{{{MEDIA}}}credit")  # kept, without their attributes
+    assert [(c.text, dict(c.attrib)) for c in credits] == [("C", {}), ("A", {}), ("B", {})]
 
 
 def test_names_web_urls_and_urns_stay_category_domains(env: Env) -> None:

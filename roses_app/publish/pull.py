@@ -8,6 +8,7 @@ JSON Feed by default, RSS or Atom when asked.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from roses_app.spoolfiles import read_spool
 from roses_app.store_rows import StoredEntry, entry_guid
 
 # what to answer for each Accept media type (the first one found in the header wins)
+NAMED_STREAMS = 20  # an unknown name's message lists this many (100,000 are megabytes)
+NO_SUCH_STREAM = "no such stream: its name is as in feeds.yaml (see /feeds.opml)\n"
 ACCEPTED = {
     "application/rss+xml": "rss",
     "application/atom+xml": "atom",
@@ -47,7 +50,7 @@ def parse_time(text: str) -> int:
         return iso_micros(text)
     except ValueError as exc:
         raise PullQueryError(
-            f"at={text!r} is not an ISO-8601 time (e.g. 2026-11-22T12:00:00Z)"
+            "at is not an ISO-8601 time: give one such as 2026-11-22T12:00:00Z"
         ) from exc
 
 
@@ -55,7 +58,7 @@ def negotiate(accept: str, asked: str | None) -> str:
     """The format to answer: ``asked`` (a ``format`` parameter), else the Accept header."""
     if asked is not None:
         if asked not in RENDERERS:
-            raise PullQueryError(f"format={asked!r}: use one of {', '.join(RENDERERS)}")
+            raise PullQueryError(f"format must be one of {', '.join(RENDERERS)}")
         return asked
     for media in (part.split(";")[0].strip() for part in accept.split(",")):
         if media in ACCEPTED:
@@ -92,7 +95,9 @@ class PullQueries:
         config = self.config
         stream = config.streams.get(name)
         if stream is None:
-            known = ", ".join(config.streams) or "none"
+            names = list(itertools.islice(config.streams, NAMED_STREAMS))
+            more = len(config.streams) - len(names)
+            known = ", ".join(names) + (f" and {more:,} more" if more > 0 else "") or "none"
             raise UnknownStreamError(f"no stream named {name!r} (streams: {known})")
         settings = config.settings
         # what had arrived by ``at`` and counts then (and the next event and the
@@ -127,9 +132,10 @@ class PullQueries:
                 fmt = negotiate(request.headers.get("accept", ""), params.get("format"))
                 name = request.path_params["name"]
                 found = self.answer(name, at, params.get("part"), base(request))
+            except UnknownStreamError:  # its message names the stream asked: not echoed
+                return PlainTextResponse(NO_SUCH_STREAM, status_code=404)
             except PullQueryError as exc:
-                status = 404 if isinstance(exc, UnknownStreamError) else 400
-                return PlainTextResponse(f"{exc}\n", status_code=status)
+                return PlainTextResponse(f"{exc}\n", status_code=400)
             headers = {"Cache-Control": "no-cache"}
             return Response(found.render(fmt), media_type=RENDERERS[fmt][1], headers=headers)
 

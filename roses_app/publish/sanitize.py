@@ -59,6 +59,11 @@ LABEL_ELEMENTS: tuple[str, ...] = (
 )
 LINK_ELEMENTS: tuple[str, ...] = ("link", "comments")
 URL_ATTRIBUTES: frozenset[str] = frozenset({"url", "href", "src"})
+_XML = "{http://www.w3.org/XML/1998/namespace}"
+_RDF = "{http://www.w3.org/1999/02/22-rdf-syntax-ns#}"
+BASE_ATTRIBUTES: frozenset[str] = frozenset({f"{_XML}base"})  # a web URL, as the above
+# RDF's resource names: a web URL or an identifier (urn:, tag:), as a category's domain
+NAME_ATTRIBUTES: frozenset[str] = frozenset({"domain", f"{_RDF}resource", f"{_RDF}about"})
 SAFE_SCHEMES: frozenset[str] = frozenset(nh3.ALLOWED_URL_SCHEMES)
 # Tags that do nothing shown as HTML when written without attributes: text in a title.
 _INERT_TAGS = frozenset(nh3.ALLOWED_TAGS)
@@ -205,9 +210,13 @@ def _check_urls(item: etree._Element) -> None:
                 parent.remove(element)
     for element in item.iter(etree.Element):
         for name in list(element.attrib):
-            local, value = etree.QName(name).localname, element.attrib[name]
-            url = local in URL_ATTRIBUTES and not web_url(value)
-            if url or (local == "domain" and not taxonomy(value)):
+            value = element.attrib[name]
+            if name in NAME_ATTRIBUTES:
+                refused = not taxonomy(value)
+            else:
+                as_url = name in BASE_ATTRIBUTES or etree.QName(name).localname in URL_ATTRIBUTES
+                refused = as_url and not web_url(value)
+            if refused:
                 del element.attrib[name]
     for guid in item.iter("guid"):
         if guid.get("isPermaLink", "true") != "false" and not web_url(guid.text):

@@ -82,10 +82,9 @@ async def public_addresses(host: str, port: int, timeout: float) -> list[str]:
     addresses = list(dict.fromkeys(str(sockaddr[0]) for *_, sockaddr in found))
     for address in addresses:
         why = refusal(address)
-        if why is not None:
-            named = host if host == address else f"{host} ({address})"
+        if why is not None:  # (the answer to a request: its host is not echoed)
             raise CallbackRefused(
-                f"the callback's host {named} is a {why} address, which this hub does not "
+                f"the callback's host is a {why} address, which this hub does not "
                 f"call: give a callback on a public address, or {ALLOW_HINT}"
             )
     if not addresses:
@@ -102,7 +101,7 @@ async def check_callback(url: str, timeout: float) -> None:
         await public_addresses(host, port, timeout)
     except OSError as exc:
         raise HubRequestError(
-            f"hub.callback {url!r} cannot be checked: {exc}; give a host name that resolves"
+            "hub.callback's host cannot be resolved now: give a host name that resolves"
         ) from exc
 
 

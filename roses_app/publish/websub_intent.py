@@ -43,25 +43,30 @@ def with_query(url: str, params: dict[str, str]) -> str:
     return parts._replace(query=query, fragment="").geturl()
 
 
+LEASE_DIGITS = 10  # 9,999,999,999 s, over 300 years: more is no lease anyone means
+
+
 def parse_lease(text: str, longest: int) -> int:
     """``hub.lease_seconds`` → the lease granted: what was asked, at most ``longest``
-    (also when none was asked).  Only the ASCII digits 0-9 make a number; a huge one
-    is clamped without being converted (``int`` refuses over 4,300 digits)."""
+    (also when none was asked).  Only 1 to ``LEASE_DIGITS`` ASCII digits make a lease
+    (no sign, space or other digit: ``int`` would take ``²``, ``+5`` and ``1_0``)."""
     text = text.strip()
     if not text:
         return longest
-    if not (text.isascii() and text.isdigit()):
-        shown = text if len(text) <= 40 else text[:40] + "..."
+    if not (text.isascii() and text.isdigit() and len(text) <= LEASE_DIGITS):
         raise HubRequestError(
-            "hub.lease_seconds must be a whole number of seconds written with the digits "
-            f"0-9 (e.g. 86400), got {shown!r}"
+            f"hub.lease_seconds must be a whole number of seconds, 1 to {LEASE_DIGITS} "
+            "digits 0-9 (e.g. 86400), or left out for the hub's longest lease"
         )
-    digits = text.lstrip("0")
-    if not digits:
+    if int(text) == 0:
         raise HubRequestError("hub.lease_seconds must be more than 0 (or left out)")
-    if len(digits) > len(str(longest)):
-        return longest
-    return min(int(digits), longest)
+    return min(int(text), longest)
+
+
+def _reason(exc: Exception) -> str:
+    """Why a URL was refused, without the URL (httpx and urllib say what is wrong
+    with it, and some of them quote it)."""
+    return "a port out of range" if "port" in str(exc).lower() else type(exc).__name__
 
 
 def check_callback_url(callback: str) -> None:
@@ -71,9 +76,9 @@ def check_callback_url(callback: str) -> None:
         parts.port  # noqa: B018 -- raises ValueError for a port out of range
         httpx.URL(callback)
     except (ValueError, httpx.InvalidURL) as exc:
-        raise HubRequestError(f"hub.callback {callback!r} is not a valid URL: {exc}") from exc
+        raise HubRequestError(f"hub.callback is not a valid URL ({_reason(exc)})") from exc
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise HubRequestError(f"hub.callback must be an http(s) URL, got {callback!r}")
+        raise HubRequestError("hub.callback must be an http(s) URL with a host")
 
 
 def parse_form(body: bytes) -> dict[str, str]:
@@ -124,14 +129,14 @@ class Topics:
         """Check a subscription request; raise :class:`HubRequestError` if refused."""
         mode = form.get("hub.mode", "")
         if mode not in ("subscribe", "unsubscribe"):
-            raise HubRequestError(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")
+            raise HubRequestError("hub.mode must be subscribe or unsubscribe")
         callback = form.get("hub.callback", "")
         check_callback_url(callback)
         topic = form.get("hub.topic", "")
         found = self.resolve(topic, base)
         if found is None:
             raise HubRequestError(
-                f"hub.topic {topic!r} is not a feed this hub publishes "
+                "hub.topic is not a feed this hub publishes "
                 f"(subscribe to a feed URL listed at {self.catalog.base(base)}/feeds.opml)"
             )
         secret = form.get("hub.secret") or None
