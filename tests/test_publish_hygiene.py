@@ -5,8 +5,9 @@
 * a 404 says where the feeds are listed and echoes nothing of the request;
 * the URLs an item carries outside its HTML (a category's domain, enclosures, link,
   comments, source, media, related links, ``xml:base``, ``rdf:resource``/``about``)
-  are http(s) in RSS, Atom, JSON Feed and the HTML page: a stored item with ``javascript:`` in each (what a mutator may build) is
-  published without them; a category domain that is a name, a web URL or a URN stays.
+  are http(s) in RSS, Atom, JSON Feed and the HTML page: a stored item with
+  ``javascript:`` in each (what a mutator may build) is published without them; a
+  category domain that is a name, a web URL or a URN stays.
 """
 
 from __future__ import annotations
