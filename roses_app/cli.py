@@ -41,7 +41,13 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _load(path: str) -> Config:
-    return load_config(Path(path))
+    from roses_app.xmlfn import budget
+
+    config = load_config(Path(path))
+    # expressions evaluated here (roses query, replay's reference engine) have the limit
+    # Spark's workers get
+    budget.configure(config.settings.limits.item_seconds)
+    return config
 
 
 def cmd_check(args: argparse.Namespace) -> int:

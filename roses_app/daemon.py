@@ -36,6 +36,7 @@ from roses_app.publish.websub import Hub
 from roses_app.spark.progress import WatermarkDrops
 from roses_app.spool import Spool
 from roses_app.store import Store
+from roses_app.xmlfn import budget
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class Daemon(DaemonStatus):
 
     def __init__(self, config: Config, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        # the expressions its server evaluates (pull queries, previews) have Spark's limit
+        budget.configure(config.settings.limits.item_seconds)
         self.clock = clock
         self.queries: list[Any] = []
         self.errors: Any = None  # Spark accumulator: dropped items per step
@@ -323,6 +326,7 @@ class Daemon(DaemonStatus):
     def use_config(self, config: Config) -> None:
         """Run ``config`` from now on (its streams' queries: :meth:`restart_queries`)."""
         self.config = config  # one reference swapped: every reader sees one or the other
+        budget.configure(config.settings.limits.item_seconds)
         self.beats = heartbeat_plan(self.streams())
 
     def restart_queries(self) -> None:

@@ -23,7 +23,10 @@ a map's accessor or a whole stream would give.  :meth:`Previewer.preview` answer
    them.
 
 An item an expression fails on at run time is dropped, as the engines drop it; the
-preview counts them (``failed``, and the first message) instead of logging each.
+preview counts them (``failed``, and the first message) instead of logging each.  An
+expression is stopped on an item past ``settings.limits.item_time`` as in Spark's
+workers, and a whole preview past :data:`PREVIEW_SECONDS` (the items left are dropped
+at once: a stalling observer over 10,000 items would take 10,000 limits).
 """
 
 from __future__ import annotations
@@ -48,11 +51,13 @@ from roses_app.config.model import Config
 from roses_app.items import Event, iso8601, micros_of
 from roses_app.publish.preview_check import check_request
 from roses_app.publish.preview_tail import SpoolTail, Window
+from roses_app.xmlfn import budget
 from roses_app.xmlfn.presearch_terms import condition
 from roses_app.xmlfn.xpath import parse
 
 MAX_ITEMS = 100  # items shown, newest first
 MAX_LIMIT = 100_000  # items a preview reads at most
+PREVIEW_SECONDS = 10.0  # the evaluations of one preview together
 ERROR_LOGGER = "roses_app.xmlfn.batch"  # where the engines log an item dropped on failure
 
 
@@ -160,7 +165,10 @@ class Previewer:
         settings = config.settings
         _failures.start()
         try:
-            parts = evaluate_stream(stream, inputs, settings.namespaces, lateness=settings.lateness)
+            with budget.within(PREVIEW_SECONDS):
+                parts = evaluate_stream(
+                    stream, inputs, settings.namespaces, lateness=settings.lateness
+                )
         finally:
             failed, failure = _failures.stop()
         return _result(

@@ -22,6 +22,9 @@ logged) and the other items go on.
   (:func:`install_range_bound`).  What else an expression builds is bounded by the
   worker's memory limit (``settings.limits.worker_memory``): a MemoryError drops the item.
 * Saxon (XQuery) is native code holding the GIL: :mod:`roses_app.xmlfn.xqguard`.
+* Any other thread (the daemon's server: pull queries, the console's preview), and
+  the main thread outside :func:`watching`, is timed by :mod:`roses_app.xmlfn.watchdog`;
+  :func:`within` bounds all of a request's evaluations together.
 
 The limit is per process: ``ROSES_ITEM_SECONDS`` (Spark's workers get it from the
 session's ``spark.executorEnv``, see :mod:`roses_app.spark.session`), or
@@ -31,6 +34,7 @@ session's ``spark.executorEnv``, see :mod:`roses_app.spark.session`), or
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import signal
@@ -46,6 +50,7 @@ import regex
 
 from roses_app.errors import ItemMemoryError, ItemTimeout
 from roses_app.rlimit import limit_memory
+from roses_app.xmlfn.watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +86,18 @@ class _State:
 
 class _Evaluation(threading.local):
     """When this thread's evaluation in progress started (0.0: none): a thread of the
-    daemon's server (a preview) and the main thread do not time each other."""
+    daemon's server (a preview) and the main thread do not time each other.  ``until``:
+    when all of this thread's evaluations must be over (0.0: no such bound; see
+    :func:`within`); ``watched``: the evaluation in progress is the watchdog's."""
 
     started = 0.0
+    until = 0.0
+    watched = False
 
 
 _state = _State()
 _evaluation = _Evaluation()
+_MAIN_THREAD = threading.main_thread().ident
 
 
 def configure(seconds: float | None) -> None:
@@ -116,18 +126,50 @@ _memory: dict[str, int | None] = {"set": None}
 
 def arm() -> float:
     """An evaluation starts (a nested one keeps the outer start): hand the result to
-    :func:`disarm` when it ends."""
+    :func:`disarm` when it ends.  Outside the main thread's ticking timer the
+    watchdog keeps its deadline; past :func:`within`'s bound it fails at once."""
     outer = _evaluation.started
     if not outer:
-        _evaluation.started = time.monotonic()
+        now = time.monotonic()
+        until, seconds = _evaluation.until, _state.limit
+        if until and now >= until:
+            raise ItemTimeout(WITHIN_MESSAGE)
+        _evaluation.started = now
+        ticking = _state.watching and threading.get_ident() == _MAIN_THREAD
+        if not ticking and (seconds is not None or until):
+            deadline = now + seconds if seconds is not None else until
+            WATCHDOG.watch(min(deadline, until) if until else deadline)
+            _evaluation.watched = True
     return outer
 
 
 def disarm(outer: float) -> None:
+    if not outer and _evaluation.watched:
+        _evaluation.watched = False
+        WATCHDOG.unwatch()
     _evaluation.started = outer
 
 
+WITHIN_MESSAGE = "the time given to this whole request ran out: no more items are evaluated"
+
+
+@contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Every evaluation this thread starts in the block ends ``seconds`` from now at
+    the latest; past that, one fails at once (a preview over 10,000 items of an
+    expression that times out on each one takes ``seconds``, not 10,000 limits)."""
+    previous = _evaluation.until
+    until = time.monotonic() + seconds
+    _evaluation.until = min(until, previous) if previous else until
+    try:
+        yield
+    finally:
+        _evaluation.until = previous
+
+
 def timeout_message(what: str) -> str:
+    if _evaluation.until and time.monotonic() >= _evaluation.until:
+        return f"{what} was stopped: {WITHIN_MESSAGE}"
     return (
         f"{what} ran for more than {_state.limit:g} s on this item (settings.limits."
         "item_time), so the item is dropped: make the expression cheaper (no nested "
@@ -138,10 +180,14 @@ def timeout_message(what: str) -> str:
 def remaining() -> float | None:
     """Seconds left to the evaluation in progress (None: no limit); raises
     ItemTimeout when none are left."""
-    started, seconds = _evaluation.started, _state.limit
-    if not started or seconds is None:
+    started, seconds, until = _evaluation.started, _state.limit, _evaluation.until
+    if not started or (seconds is None and not until):
         return None
-    left = seconds - (time.monotonic() - started)
+    now = time.monotonic()
+    left = min(
+        seconds - (now - started) if seconds is not None else math.inf,
+        until - now if until else math.inf,
+    )
     if left <= 0:
         raise ItemTimeout(timeout_message("the expression"))
     return left

@@ -1,0 +1,148 @@
+"""Expressions evaluated outside Spark's workers are timed too (issue 43, item 1).
+
+The daemon's server evaluates expressions in its threads: pull queries
+(``GET /streams/NAME``) and the console's preview run the reference engine there,
+where no signal handler runs.  The watchdog stops an evaluation past its item's
+limit from another thread; :func:`budget.within` bounds a whole request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roses_app.config import load_config
+from roses_app.errors import ItemTimeout
+from roses_app.publish.preview import Previewer, PreviewRequest
+from roses_app.spool import Spool
+from roses_app.xmlfn import budget, filter_batch
+from roses_app.xmlfn.xpath import compile_xpath, parse
+
+LOOPS = "count(for $a in 1 to 100000, $b in 1 to 100000 return $a) > 0"
+
+
+def item(title: str, guid: str) -> str:
+    return f"<item><title>{title}</title><guid>{guid}</guid></item>"
+
+
+@pytest.fixture
+def one_second() -> Iterator[None]:
+    before = budget.limit()
+    budget.configure(1.0)
+    yield
+    budget.configure(before)
+
+
+def in_thread(work: Callable[[], Any]) -> Any:
+    """``work()`` in a thread of its own: what it returned, or raised."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert done, "the thread was not stopped"
+    return done[0]
+
+
+@pytest.mark.usefixtures("one_second")
+def test_a_stalling_expression_in_a_server_thread_drops_its_item_only() -> None:
+    dropped: list[Exception] = []
+
+    def work() -> list[object]:
+        return filter_batch(
+            LOOPS,
+            (),
+            [item("a", "bad"), item("b", "also")],
+            on_error=lambda _, e: dropped.append(e),
+        )
+
+    started = time.monotonic()
+    kept = in_thread(work)
+    took = time.monotonic() - started
+    assert kept == [False, False] and len(dropped) == 2, (kept, dropped)
+    assert all(isinstance(e, ItemTimeout) for e in dropped)
+    assert "ran for more than 1 s on this item (settings.limits.item_time)" in str(dropped[0])
+    assert took < 2 * (1.0 + 0.5) + 3.0  # each item its own second, not minutes
+
+
+@pytest.mark.usefixtures("one_second")
+def test_a_stop_never_comes_out_after_its_evaluation() -> None:
+    """An evaluation that ends as its stop is sent: the thread goes on unharmed."""
+    quick = compile_xpath("count(for $a in 1 to 2000 return $a) > 0")
+    node = parse(item("a", "1"))
+
+    def work() -> int:
+        done = 0
+        deadline = time.monotonic() + 2.5  # evaluations back to back, past many ticks
+        while time.monotonic() < deadline:
+            assert quick.boolean(node)
+            done += 1
+        time.sleep(0.5)  # a stop sent and left pending would be raised here
+        return done
+
+    assert isinstance(in_thread(work), int)
+
+
+def test_within_bounds_all_of_a_requests_evaluations() -> None:
+    """100 items each stalling: 1 s for all of them, not 100 item limits."""
+    dropped: list[Exception] = []
+    items = [item("a", str(n)) for n in range(100)]
+
+    def work() -> list[object]:
+        with budget.within(1.0):
+            return filter_batch(LOOPS, (), items, on_error=lambda _, e: dropped.append(e))
+
+    started = time.monotonic()
+    kept = in_thread(work)
+    assert time.monotonic() - started < 1.0 + 3.0
+    assert kept == [False] * 100 and len(dropped) == 100
+    assert budget.WITHIN_MESSAGE in str(dropped[-1])
+    # outside the block the same thread evaluates as before
+    assert in_thread(lambda: filter_batch("title = 'a'", (), items[:1])) == [True]
+
+
+@pytest.mark.usefixtures("one_second")
+def test_the_main_thread_outside_a_batch_is_timed_too() -> None:
+    """(``roses query`` and the reference engine evaluate in the main thread without
+    the batch's ticking timer.)"""
+    stalling = compile_xpath(LOOPS)
+    started = time.monotonic()
+    with pytest.raises(ItemTimeout):
+        stalling.boolean(parse(item("a", "1")))
+    assert time.monotonic() - started < 1.0 + 3.0
+
+
+def test_a_preview_of_a_stalling_filter_ends_within_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's preview of a filter that stalls on every item: each item would
+    take settings.limits.item_time (5 s); the preview ends after PREVIEW_SECONDS,
+    counting the items it dropped and saying why."""
+    from roses_app.publish import preview as previews
+
+    monkeypatch.setattr(previews, "PREVIEW_SECONDS", 1.0)
+    (tmp_path / "feeds.yaml").write_text(
+        'settings: {data_dir: ./data}\nsources:\n  news: {feed: "file:news.xml"}\n'
+        'streams:\n  all: {filter: {from: news, where: "title"}}\n'
+    )
+    config = load_config(tmp_path / "feeds.yaml")
+    spool = Spool(tmp_path / "data" / "spool")
+    spool.append_many([("news", [(item(f"news {n}", f"g{n}"), None) for n in range(50)])])
+    previewer = Previewer(lambda: config, spool.root)
+    started = time.monotonic()
+    result = in_thread(lambda: previewer.preview(PreviewRequest(LOOPS, "where", source="news")))
+    assert time.monotonic() - started < 1.0 + 4.0, "not 50 item limits"
+    assert result.scanned == 50 and result.matched == 0 and result.failed == 50
+    assert result.failure is not None and budget.WITHIN_MESSAGE in result.failure
+    assert LOOPS in result.failure  # the first one names the expression
