@@ -27,7 +27,6 @@ from roses_app.daemon_status import DaemonStatus
 from roses_app.datalock import DataDirLock
 from roses_app.items import MICROS
 from roses_app.metrics import Metrics
-from roses_app.publish.catalog import Catalog
 from roses_app.publish.console import PollHistory
 from roses_app.publish.export import export_static
 from roses_app.publish.pull import PullQueries
@@ -42,8 +41,6 @@ log = logging.getLogger(__name__)
 
 MAX_RESTART_DELAY = 300.0  # seconds between restarts of a query that keeps failing
 STOP_BATCH_SECONDS = 15.0  # on stop, how long a micro-batch in flight may take to finish
-STREAM_DETAIL_LIMIT = 1000  # /healthz lists streams one by one up to this many
-NOT_RUNNING_SHOWN = 20  # above it, the names of this many streams not running
 
 
 def oldest_first(items: list[tuple[str, int | None]]) -> list[tuple[str, int | None]]:
@@ -395,57 +392,6 @@ class Daemon(DaemonStatus):
         change a result."""
         lateness = self.config.settings.lateness
         return beats.next_due(self.spool.last_item_ts(), self.spool.last_ts(), lateness)
-
-    def _streams_health(self, active: set[str]) -> dict[str, Any]:
-        """Each stream's state, or above STREAM_DETAIL_LIMIT streams (100,000
-        subscriptions make megabytes of JSON and seconds a request) their counts and
-        the first of those whose query does not run."""
-        published = set(self.store.streams())
-        names = self.config.streams
-        if len(names) <= STREAM_DETAIL_LIMIT:
-            return {
-                name: {"running": name in active, "published": name in published} for name in names
-            }
-        stopped = [name for name in names if name not in active]
-        return {
-            "total": len(names),
-            "running": len(names) - len(stopped),
-            "published": len(published),
-            "not_running": stopped[:NOT_RUNNING_SHOWN],
-        }
-
-    def health(self) -> dict[str, Any]:
-        """Status for /healthz, from what the daemon's loop last read (no py4j call)."""
-        queries = self._queries_health()
-        active = self._active_streams()
-        # Not healthy until every stream's query runs (the JVM takes seconds to start).
-        ok = all(name in active for name in self.config.streams)
-        streams = self._streams_health(active)
-        sources = self._sources_health()
-        dropped, tallies = self._tallies()
-        with self._lock:
-            counters = dict(self.counters)
-        counters["batches_written"] = self.store.written["batches"]
-        counters["rows_written"] = self.store.written["rows"]
-        return {
-            "ok": ok,
-            "uptime_seconds": round(self.clock() - self.started_at, 1),
-            "queries": queries,
-            "streams": streams,
-            **sources,
-            "spool_items": self.spool.count(),
-            "feeds": Catalog(self.config, self.store).count(),
-            "dropped_items_per_step": dropped,
-            # windows over publication time: items later than the lateness, results
-            # computed again but unchanged (not published again)
-            "late_items_per_stream": tallies["late"],
-            "unchanged_windows_per_stream": tallies["unchanged"],
-            "revised_windows_per_stream": tallies["revised"],  # retractions
-            # publication dates not believed (before 1990, too far ahead): ingest time used
-            "implausible_dates_per_source": self._implausible_health(),
-            "websub": self.hub.stats() if self.hub is not None and self.hub.running else {},
-            **counters,
-        }
 
     def close(self) -> None:
         self.mail.close()

@@ -1,5 +1,5 @@
-"""What the daemon tells of itself: the rows Spark dropped behind the watermark, the
-sources' health, the ``/sources`` listing and the ``/metrics`` snapshot.
+"""What the daemon tells of itself: ``/healthz``, the rows Spark dropped behind the
+watermark, the sources' health, the ``/sources`` listing and the ``/metrics`` snapshot.
 
 :class:`DaemonStatus` is a part of :class:`roses_app.daemon.Daemon` (its base class):
 it reads the daemon's parts, named below, and changes nothing but its late-row counts.
@@ -7,6 +7,7 @@ it reads the daemon's parts, named below, and changes nothing but its late-row c
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,12 +21,15 @@ from roses_app.connectors.listing import Snapshot as SourceRows
 from roses_app.connectors.listing import rows_of
 from roses_app.connectors.mail import MailConnectors
 from roses_app.metrics import PER_SOURCE_LIMIT, Metrics, Snapshot
+from roses_app.publish.catalog import Catalog
 from roses_app.publish.websub import Hub
 from roses_app.spark.progress import WatermarkDrops
 from roses_app.spool import Spool
 from roses_app.store import Store
 
 IMPLAUSIBLE_NAMED = 20  # /healthz names this many sources above the per-source limit
+STREAM_DETAIL_LIMIT = 1000  # /healthz lists streams one by one up to this many
+NOT_RUNNING_SHOWN = 20  # above it, the names of this many streams not running
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,61 @@ class DaemonStatus:
     _late: WatermarkDrops  # per query: rows dropped behind the watermark
     _query_states: dict[str, QueryState]  # per query, replaced whole by each look
     _source_rows: SourceRows | None = None  # made at the first source_rows()
+    _lock: threading.Lock  # the counters'
+    counters: dict[str, int]
+    clock: Callable[[], float]
+    started_at: float
+
+    def _streams_health(self, active: set[str]) -> dict[str, Any]:
+        """Each stream's state, or above STREAM_DETAIL_LIMIT streams (100,000
+        subscriptions make megabytes of JSON and seconds a request) their counts and
+        the first of those whose query does not run."""
+        published = set(self.store.streams())
+        names = self.config.streams
+        if len(names) <= STREAM_DETAIL_LIMIT:
+            return {
+                name: {"running": name in active, "published": name in published} for name in names
+            }
+        stopped = [name for name in names if name not in active]
+        return {
+            "total": len(names),
+            "running": len(names) - len(stopped),
+            "published": len(published),
+            "not_running": stopped[:NOT_RUNNING_SHOWN],
+        }
+
+    def health(self) -> dict[str, Any]:
+        """Status for /healthz, from what the daemon's loop last read (no py4j call)."""
+        queries = self._queries_health()
+        active = self._active_streams()
+        # Not healthy until every stream's query runs (the JVM takes seconds to start).
+        ok = all(name in active for name in self.config.streams)
+        streams = self._streams_health(active)
+        sources = self._sources_health()
+        dropped, tallies = self._tallies()
+        with self._lock:
+            counters = dict(self.counters)
+        counters["batches_written"] = self.store.written["batches"]
+        counters["rows_written"] = self.store.written["rows"]
+        return {
+            "ok": ok,
+            "uptime_seconds": round(self.clock() - self.started_at, 1),
+            "queries": queries,
+            "streams": streams,
+            **sources,
+            "spool_items": self.spool.count(),
+            "feeds": Catalog(self.config, self.store).count(),
+            "dropped_items_per_step": dropped,
+            # windows over publication time: items later than the lateness, results
+            # computed again but unchanged (not published again)
+            "late_items_per_stream": tallies["late"],
+            "unchanged_windows_per_stream": tallies["unchanged"],
+            "revised_windows_per_stream": tallies["revised"],  # retractions
+            # publication dates not believed (before 1990, too far ahead): ingest time used
+            "implausible_dates_per_source": self._implausible_health(),
+            "websub": self.hub.stats() if self.hub is not None and self.hub.running else {},
+            **counters,
+        }
 
     def _count_late(self) -> None:
         """Add up the rows each query's stateful operators dropped behind the watermark

@@ -160,9 +160,9 @@ class Unreachable:
 
 def test_health_counts_streams_above_the_detail_limit(tmp_path: Path, monkeypatch) -> None:
     """100,000 subscriptions: /healthz says how many streams run, not each one."""
-    import roses_app.daemon as daemon_module
+    import roses_app.daemon_status as daemon_status
 
-    monkeypatch.setattr(daemon_module, "STREAM_DETAIL_LIMIT", 1)
+    monkeypatch.setattr(daemon_status, "STREAM_DETAIL_LIMIT", 1)
     daemon = Daemon(parse_config(TWO, tmp_path / "feeds.yaml"))
     fake = FakeQuery(True)
     daemon.queries = [RunningQuery("stateless", frozenset({"plain"}), fake, lambda: fake)]  # type: ignore[arg-type, return-value]
