@@ -146,3 +146,46 @@ def test_a_preview_of_a_stalling_filter_ends_within_its_time(
     assert result.scanned == 50 and result.matched == 0 and result.failed == 50
     assert result.failure is not None and budget.WITHIN_MESSAGE in result.failure
     assert LOOPS in result.failure  # the first one names the expression
+
+
+# -- a step that keeps timing out in one batch ------------------------------------------
+
+
+@pytest.mark.usefixtures("one_second")
+def test_after_three_items_past_the_limit_a_batch_drops_the_steps_other_items_at_once() -> None:
+    """A burst of 20 stalling items: three limits, not twenty, then the batch's other
+    items of that step are dropped unevaluated, each counted with the reason."""
+    dropped: list[Exception] = []
+    title_bomb = "if (title = 'bad') then " + LOOPS + " else true()"
+    items = [item("ok", "first")] + [item("bad", f"b{n}") for n in range(20)]
+    started = time.monotonic()
+    kept = filter_batch(title_bomb, (), [*items, item("ok", "last")],
+                        on_error=lambda _, e: dropped.append(e))  # fmt: skip
+    took = time.monotonic() - started
+    assert kept[0] is True and kept[1:] == [False] * 21
+    assert len(dropped) == 21
+    assert sum(budget.STRUCK_MESSAGE in str(e) for e in dropped) == 18
+    assert took < budget.STRIKES * (1.0 + 0.5) + 3.0  # not 20 limits
+    # the next batch starts with a clean slate
+    assert filter_batch(title_bomb, (), [item("ok", "again")]) == [True]
+
+
+@pytest.mark.usefixtures("one_second")
+def test_the_fused_stage_strikes_per_step_and_batch_too() -> None:
+    from roses_app.algebra.plan import Filter, Source
+    from roses_app.algebra.program import build_program
+    from roses_app.xmlfn.fused import run_program
+
+    bomb = Filter(Source("news"), "if (title = 'bad') then " + LOOPS + " else true()")
+    fine = Filter(Source("news"), "title = 'ok'")
+    program = build_program([(bomb, "slow"), (fine, "control")])
+    items = [item("bad", f"b{n}") for n in range(20)] + [item("ok", "o")]
+    started = time.monotonic()
+    rows = run_program(
+        program, ["news"] * len(items), list(range(len(items))), list(range(len(items))), items,
+        presearch=False,
+    )  # fmt: skip
+    assert time.monotonic() - started < budget.STRIKES * (1.0 + 0.5) + 3.0
+    control = [index for index, (_, name) in enumerate(program.outputs) if name == "control"]
+    published = [row[3] for row in rows if set(row[0]) & set(control)]
+    assert published == [20]  # the other stream of the batch got its item

@@ -10,6 +10,8 @@ checked before anything runs, so this is a bug, not data).  A failure on one ite
 (malformed XML, a dynamic error) never escapes: the item is dropped (filter: False;
 map and split: None) and ``on_error(item_xml, exception)`` is called; the default
 hook logs a warning.  A ``None`` input (λ) gives False/None without calling the hook.
+After :data:`~roses_app.xmlfn.budget.STRIKES` items past the time limit, the batch's
+other items are dropped unevaluated (:class:`~roses_app.xmlfn.budget.Strikes`).
 ``fast=False`` turns the lxml fast path off (tests and benchmarks compare the two).
 """
 
@@ -83,18 +85,21 @@ def each(
     append = out.append
     parser = thread_parser()
     fromstring = etree.fromstring
+    strikes = budget.Strikes()
     with budget.watching():  # an item past settings.limits.item_seconds is dropped
         for xml in xmls:
             if xml is None:
                 append(empty)
                 continue
             try:
+                strikes.check()
                 try:
                     item = fromstring(xml, parser)
                 except ValueError:  # a str with an encoding declaration
                     item = parse(xml, parser)
                 append(fn(item))
             except Exception as exc:
+                strikes.record(exc)
                 report(on_error, what, xml, exc)
                 append(empty)
     return out
@@ -235,12 +240,14 @@ def _observe2_each(
     on_error: OnError | None,
     out: list[bool],
 ) -> None:
+    strikes = budget.Strikes()
     for xml1, xml2 in pairs:
         if xml1 is None:
             out.append(False)
             continue
         failing: str | None = xml1
         try:
+            strikes.check()
             first = parse(xml1)
             failing = xml2
             second: Any = [] if xml2 is None else parse(xml2)
@@ -250,6 +257,7 @@ def _observe2_each(
             else:
                 out.append(compiled.boolean(first, i1=first, i2=second))
         except Exception as exc:
+            strikes.record(exc)
             report(on_error, what, failing, exc)
             out.append(False)
 

@@ -167,6 +167,35 @@ def within(seconds: float) -> Iterator[None]:
         _evaluation.until = previous
 
 
+STRIKES = 3  # items of one step in one batch past the limit: then the rest go unevaluated
+STRUCK_MESSAGE = (
+    f"not evaluated: this step ran past settings.limits.item_time on {STRIKES} items of "
+    "this batch already, so its other items in the batch are dropped at once (one slow "
+    "expression must not hold every stream of its query for a limit per item): make the "
+    "expression cheaper or raise the limit"
+)
+
+
+class Strikes:
+    """The items of one step in one batch that ran past the limit: from
+    :data:`STRIKES` on, :meth:`check` fails the step's other items of the batch at
+    once (a burst of 100 items each stalling would hold a Spark batch, and every
+    stream its query runs, 100 limits long)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def check(self) -> None:
+        if self.count >= STRIKES:
+            raise ItemTimeout(STRUCK_MESSAGE)
+
+    def record(self, exc: BaseException) -> None:
+        if isinstance(exc, ItemTimeout) and exc.args != (STRUCK_MESSAGE,):
+            self.count += 1
+
+
 def timeout_message(what: str) -> str:
     if _evaluation.until and time.monotonic() >= _evaluation.until:
         return f"{what} was stopped: {WITHIN_MESSAGE}"

@@ -214,11 +214,14 @@ class Run:
         if not upstream:
             return out  # nothing to evaluate: the function need not be compiled
         function = self.code.functions[n]
+        strikes = budget.Strikes()
         for row, vals in upstream.items():
             for val in vals:
                 try:
+                    strikes.check()
                     result = function(val.element())
                 except Exception as exc:  # a dynamic error on one item: it is dropped
+                    strikes.record(exc)
                     report(self.hook_for(step), f"{step.kind} {step.arg!r}", val.text(), exc)
                     continue
                 if result is not None:
