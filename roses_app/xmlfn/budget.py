@@ -192,8 +192,12 @@ class Strikes:
             raise ItemTimeout(STRUCK_MESSAGE)
 
     def record(self, exc: BaseException) -> None:
-        if isinstance(exc, ItemTimeout) and exc.args != (STRUCK_MESSAGE,):
-            self.count += 1
+        """Count ``exc`` if it is an item of its own past the limit (not one failed
+        by these strikes, or by :func:`within`'s bound on a whole request)."""
+        if isinstance(exc, ItemTimeout):
+            text = str(exc)
+            if STRUCK_MESSAGE not in text and WITHIN_MESSAGE not in text:
+                self.count += 1
 
 
 def timeout_message(what: str) -> str:
