@@ -355,3 +355,46 @@ def test_a_dropped_item_is_logged_with_its_stream_step_and_line(
         "stream slow, step slow/filter (/srv/feeds.yaml:5): dropped an item (guid 'g7'): "
         "XPath 'title' ran for more than 1 s"
     )
+
+
+@pytest.mark.usefixtures("one_second")
+@pytest.mark.parametrize("kind", ["map", "split"])
+def test_a_stalling_accessor_or_split_function_drops_that_item_only(kind: str) -> None:
+    """The accessor of a map and a split's function, as the observer above."""
+    from roses_app.xmlfn import split_batch
+
+    loops = STALLING["loops"][0].removesuffix(" > 0")
+    expr = f"if (title = 'bad') then string({loops}) else string(title)"
+    run = map_batch if kind == "map" else split_batch
+    dropped: list[Exception] = []
+    started = time.monotonic()
+    out = run(expr, (), [item("bad", "1"), item("ok", "2")],
+              on_error=lambda _, e: dropped.append(e))  # fmt: skip
+    assert time.monotonic() - started < 2 * (1.0 + budget.MAX_TICK_SECONDS) + 3.0
+    assert out[0] is None and out[1] is not None
+    assert "ok" in out[1]
+    (exc,) = dropped
+    assert isinstance(exc, ItemTimeout) and "settings.limits.item_time" in str(exc)
+
+
+@pytest.mark.usefixtures("one_second")
+def test_a_runaway_reducer_drops_its_group_and_keeps_the_others() -> None:
+    """An aggregate's XQuery reducer that runs away on one window's items."""
+    from roses_app.xmlfn.reduce import reduce_raw
+
+    reducer = XQuery(
+        "if ($items[title = 'bad']) then <item><n>{ count(for $a in 1 to 100000, "
+        "$b in 1 to 100000 return $a) }</n></item> else <item><n>{ count($items) }</n></item>",
+        "total.xq",
+        1,
+    )
+    groups = [([item("a", "1"), item("b", "2")], None), ([item("bad", "3")], None),
+              ([item("c", "4")], None)]  # fmt: skip
+    dropped: list[Exception] = []
+    started = time.monotonic()
+    out = reduce_raw(reducer, (), groups, on_error=lambda _, e: dropped.append(e))
+    assert time.monotonic() - started < 30
+    assert out[1] is None and out[0] is not None and out[2] is not None
+    assert "<n>2</n>" in out[0] and "<n>1</n>" in out[2]
+    (exc,) = dropped
+    assert isinstance(exc, ItemTimeout)
