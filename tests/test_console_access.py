@@ -48,6 +48,20 @@ def test_off_by_default_and_404(tmp_path: Path):
     assert off.settings.console is None
 
 
+def test_on_its_own_the_console_listens_on_127_0_0_1_and_refuses_other_machines(
+    tmp_path: Path,
+):
+    text = (
+        f"settings:\n  data_dir: ./data\n  console: {{password_hash: '{HASH}'}}\n"
+        "sources: {a: {feed: 'file:a.xml'}}\n"
+        "streams: {b: {filter: {from: a, where: 'true()'}}}\n"
+    )
+    config = parse_config(text, tmp_path / "feeds.yaml")  # no settings.http at all
+    assert config.settings.console is not None
+    assert config.settings.http.host == "127.0.0.1"
+    assert config.settings.console.allow_remote is False
+
+
 def test_config_mistakes_at_their_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(ENVIRONMENT, raising=False)
     with pytest.raises(ConfigError) as missing:

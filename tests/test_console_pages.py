@@ -109,6 +109,9 @@ def test_a_stream_page(env: Env):
     assert "== logical plan" in text and "Filter σ where" in text
     counters = text[text.index('id="stream-counters"') :]
     assert 'dropped at step volcano/filter</td><td data-label="Since the start">2' in counters
+    for label, count in (("items later than the lateness", 4), ("windows revised", 5),
+                         ("windows computed again, unchanged", 6)):  # fmt: skip
+        assert f'{label}</td><td data-label="Since the start">{count}<' in counters
     # Spark's count is its query's: volcano shares query stateless with topics
     watermark = '<td data-label="Since the start">3</td>'
     assert f"dropped as late (watermark), for all 2 streams of query stateless</td>{watermark}" in (

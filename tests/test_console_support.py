@@ -182,7 +182,9 @@ def make_env(tmp_path: Path, config: Config, *, client: str = "127.0.0.1") -> En
         queries=lambda: {"volcano": "stateless", "topics": "stateless", "headlines": "g1"},
         counters=lambda: {
             "dropped": {"volcano/filter": 2},
-            "late": {"topics": 1},
+            "late": {"topics": 1, "volcano": 4},
+            "revised": {"volcano": 5},
+            "unchanged": {"volcano": 6},
             "watermark": {"stateless": 3},
         },
         explain=lambda name: explain_stream(config, name),
