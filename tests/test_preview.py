@@ -185,6 +185,31 @@ def test_a_window_and_an_aggregate_are_the_reference_engine_over_the_items(
     assert counted.items[0].title == "4 items" and counted.items[-1].title == "1 items"
 
 
+def test_a_join_preview_is_the_reference_engine_over_both_sides(
+    world: tuple[Config, Spool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A join of the news with the blog's last hour, on the topic: what the reference
+    engine gives over the same spooled items, pairs combined."""
+    from roses_app.publish import preview as previews
+
+    monkeypatch.setattr(previews, "MAX_ITEMS", 10_000)  # every pair shown
+    config, spool = world
+    preview = previewer(config, spool)
+    body = (
+        "join:\n  left: news\n  right: {window: {from: blog, time: 1h}}\n"
+        "  on: '$i1/category = $i2/category'\n"
+    )
+    result = preview.preview(PreviewRequest(body, "stream", name="paired"))
+    assert result.problems == () and result.scanned == 90
+    joined = check_request(config, body, "stream", None, "paired").stream
+    assert joined is not None
+    events = [e for e in every_event(spool) if e.source in ("news", "blog", "")]
+    expected = evaluate_stream(joined, events, ())[""]
+    assert result.matched == len(expected) == len(result.items) > 100
+    assert sorted(i.xml or "" for i in result.items) == sorted(e.item or "" for e in expected)
+    assert all("roses:related" in (i.xml or "") for i in result.items)
+
+
 def test_the_spool_is_read_once_and_only_what_is_new_after(world: tuple[Config, Spool]) -> None:
     config, spool = world
     preview = previewer(config, spool)
