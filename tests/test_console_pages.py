@@ -295,3 +295,20 @@ def test_a_subscription_in_the_editor(tmp_path: Path):
         f"{tmp_path / 'subs.jsonl'}:1" in stream.text
         and "&quot;name&quot;: &quot;ice&quot;" in stream.text
     )
+
+
+def test_plan_svg_draws_a_shared_node_once_and_each_streams_query() -> None:
+    """Two streams over one filter: the filter is one box, shared by both, and each
+    stream's box names the Spark query that runs it."""
+    shared = Filter(Source("s0"), "contains(title, 'volcano')")
+    streams = {
+        "eruptions": StreamConfig("eruptions", shared, None),
+        "lava": StreamConfig("lava", Filter(shared, "contains(., 'lava')"), None),
+    }
+    sources: dict[str, SourceConfig] = {"s0": FeedSource("s0", "http://h/0", 600.0)}
+    config = Config(Path("/tmp/feeds.yaml"), Settings(), sources, streams)
+    svg = plan_svg(config, {"eruptions": "stateless", "lava": "q7"}, lambda s: None,
+                   lambda s: None)  # fmt: skip
+    texts = [t.text or "" for t in ElementTree.fromstring(svg).iter(f"{SVG}text")]
+    assert sum("shared by 2 streams" in t for t in texts) == 1, texts
+    assert any("query stateless" in t for t in texts) and any("query q7" in t for t in texts)
