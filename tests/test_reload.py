@@ -1,7 +1,8 @@
 """A running `roses run` takes a changed feeds.yaml without a restart: a stream applied
-with apply_stream and SIGHUP, another written into the file on disk, a removed one,
-a broken edit and a setting that needs a restart; the unchanged stream keeps its
-published items and its position, and the JVM is the same."""
+with apply_stream and SIGHUP, another written into the file on disk, a changed one
+(computed again from the spool), a removed one, a broken edit and a setting that needs
+a restart; the unchanged stream keeps its published items and its position, and the
+JVM is the same."""
 
 from __future__ import annotations
 
@@ -138,17 +139,23 @@ def check_reloads(site: Site, roses: Job, data: Path) -> None:
     wait_for(lambda: roses.guids("/feeds/volcano.rss") == ["g3", "g0"], 60, "a new item")
     wait_for(lambda: len(roses.guids("/feeds/everything.rss")) == 5, 60, "everything's")
 
-    # 2. the file edited on disk: a stream removed, another added, a setting changed
+    # 2. the file edited on disk: a stream removed, another added, one changed, a
+    # setting changed
     edited = roses.config.read_text()
     start = edited.index("  doomed:\n")
     end = edited.index("  volcano:\n")
     edited = edited[:start] + edited[end:] + SPORT
     edited = edited.replace("fetch: {per_host: 8}", "fetch: {per_host: 6}")
+    edited = edited.replace("contains(title, 'volcano')", "contains(title, 'markets')")
     roses.config.write_text(edited)
     wait_for(lambda: status(roses, "/feeds/doomed.rss") == 404, 60, "doomed's 404")
     wait_for(lambda: roses.guids("/feeds/sport-news.rss") == ["g1"], 60, "sport-news' feed")
-    done = "streams added: sport-news; removed (published items forgotten): doomed"
+    done = (
+        "streams added: sport-news; changed: volcano; removed (published items forgotten): doomed"
+    )
     wait_for(lambda: said(roses, done), 30, "the reload's line in the log")
+    # the changed stream computed from the spool: the item its new filter takes
+    wait_for(lambda: "g4" in roses.guids("/feeds/volcano.rss"), 60, "volcano's new item")
     assert said(roses, "settings.fetch changed in")
     assert said(roses, "needs a restart")
     assert entries(data, "doomed") == {}
@@ -164,6 +171,7 @@ def check_reloads(site: Site, roses: Job, data: Path) -> None:
     site.publish(("g5", "volcano sport"))
     wait_for(lambda: len(roses.guids("/feeds/everything.rss")) == 6, 60, "the last item")
     wait_for(lambda: roses.guids("/feeds/sport-news.rss") == ["g5", "g1"], 60, "sport g5")
+    assert "g5" not in roses.guids("/feeds/volcano.rss")  # its new filter follows live
     after = entries(data, "everything")
     assert {guid: after[guid] for guid in before} == before
     assert sorted(after) == [f"g{n}" for n in range(6)]
