@@ -80,6 +80,11 @@ class PollQueue:
         self._due: dict[str, float] = {}  # scheduled sources (heap entries may be stale)
         self._host: dict[str, str] = {}
         self._lines: dict[str, list[Waiting]] = {}  # host -> heap of its due sources
+        self._ready: list[tuple[int, float, int, str]] = []  # rank, deadline, order, host
+        self._spaced: list[tuple[float, str]] = []  # (next start, host): spacing not over
+        # each host's place in those heaps (an entry that differs is stale: skipped)
+        self._in_ready: dict[str, tuple[int, float, int, str]] = {}
+        self._in_spaced: dict[str, float] = {}
         self._busy: Counter[str] = Counter()  # host -> polls in flight
         self._next_start: dict[str, float] = {}  # host -> earliest next start
         self._running: set[str] = set()  # polls in flight, until done()
@@ -114,20 +119,24 @@ class PollQueue:
     def take(self, now: float) -> list[tuple[str, float]]:
         """The sources that start now, with their due times; each is now in flight."""
         self._move_due(now)
+        self._open_spaced(now)
         started: list[tuple[str, float]] = []
-        while self.in_flight < self.concurrency:
-            hosts = self._open_hosts(now)
-            if not hosts:
-                break
-            for _, host in hosts:
-                if self.in_flight >= self.concurrency:
-                    break
-                entry = self._next_in_line(host)
-                if entry is None:
-                    continue
-                at, name = entry
-                started.append((name, at))
-                self._start(name, host, now)
+        while self.in_flight < self.concurrency and self._ready:
+            key = heapq.heappop(self._ready)
+            host = key[3]
+            if self._in_ready.get(host) != key:
+                continue  # offered again since, at another place
+            del self._in_ready[host]
+            head = self._head(host)
+            if head is None or self._busy[host] >= self.per_host:
+                continue  # nothing left, or full: release() offers it again
+            if (head[0], head[1], head[3], host) != key or self._next_start.get(host, 0.0) > now:
+                self._offer(host, now)  # its line changed, or its spacing is not over
+                continue
+            heapq.heappop(self._lines[host])
+            started.append((head[4], head[2]))
+            self._start(head[4], host, now)
+            self._offer(host, now)
         return started
 
     def release(self, name: str) -> None:
@@ -141,6 +150,7 @@ class PollQueue:
         self._busy[host] -= 1
         if self._busy[host] <= 0:
             del self._busy[host]
+        self._offer(host, None)
 
     def done(self, name: str) -> None:
         """``name``'s poll ended; schedule it again with :meth:`schedule`."""
@@ -158,11 +168,20 @@ class PollQueue:
         if self._heap:
             times.append(self._heap[0].at)
         if self.in_flight < self.concurrency:
-            times.extend(
-                self._next_start.get(host, 0.0)
-                for host, line in self._lines.items()
-                if line and self._busy[host] < self.per_host
-            )
+            ready = self._ready
+            while ready and (
+                self._in_ready.get(ready[0][3]) != ready[0] or not self._open(ready[0][3])
+            ):
+                heapq.heappop(ready)  # superseded, or emptied or full since it was offered
+            if ready:
+                times.append(self._next_start.get(ready[0][3], 0.0))
+            spaced = self._spaced
+            while spaced and (
+                self._in_spaced.get(spaced[0][1]) != spaced[0][0] or not self._open(spaced[0][1])
+            ):
+                heapq.heappop(spaced)
+            if spaced:
+                times.append(spaced[0][0])
         return min(times) if times else None
 
     # -- the steps ---------------------------------------------------------------------
@@ -174,31 +193,57 @@ class PollQueue:
             entry = heapq.heappop(heap)
             if self._due.get(entry.name) != entry.at:
                 continue  # stale
-            line = self._lines.setdefault(self._host[entry.name], [])
-            heapq.heappush(line, (entry.rank, entry.deadline, entry.at, entry.n, entry.name))
+            host = self._host[entry.name]
+            line = self._lines.setdefault(host, [])
+            waiting = (entry.rank, entry.deadline, entry.at, entry.n, entry.name)
+            heapq.heappush(line, waiting)
+            if line[0] is waiting:  # a new head: the host's place among the others
+                self._offer(host, now)
 
-    def _open_hosts(self, now: float) -> list[tuple[tuple[int, float], str]]:
-        """Hosts that may start a poll now, the one whose next source goes first (at
-        risk, then the earliest deadline) first."""
-        hosts = []
-        for host, line in list(self._lines.items()):
-            while line and self._due.get(line[0][4]) != line[0][2]:
-                heapq.heappop(line)  # unscheduled or rescheduled meanwhile
-            if not line:
-                del self._lines[host]
-                continue
-            if self._busy[host] < self.per_host and self._next_start.get(host, 0.0) <= now:
-                hosts.append(((line[0][0], line[0][1]), host))
-        hosts.sort()
-        return hosts
+    # Hosts that may start a poll are offered, by their line's head (at risk, then the
+    # earliest deadline), in ``_ready``, or in ``_spaced`` until their spacing ends.
+    # Both heaps are lazy: a host's place is kept beside them (``_in_ready``,
+    # ``_in_spaced``), and an entry that is no longer it is skipped when it comes up;
+    # handing out a poll costs a few heap steps at 50,000 hosts, not a sort of them all.
 
-    def _next_in_line(self, host: str) -> tuple[float, str] | None:
+    def _offer(self, host: str, now: float | None) -> None:
+        """Put ``host`` where :meth:`take` finds it, if it has a due source and a slot
+        (``now`` None: its spacing is checked when it comes up)."""
+        head = self._head(host)
+        if head is None or self._busy[host] >= self.per_host:
+            return
+        at = self._next_start.get(host, 0.0)
+        if now is not None and at > now:
+            if self._in_spaced.get(host) != at:
+                self._in_spaced[host] = at
+                heapq.heappush(self._spaced, (at, host))
+            return
+        key = (head[0], head[1], head[3], host)
+        if self._in_ready.get(host) != key:
+            self._in_ready[host] = key
+            heapq.heappush(self._ready, key)
+
+    def _open_spaced(self, now: float) -> None:
+        """Hosts whose spacing has ended are offered."""
+        spaced = self._spaced
+        while spaced and spaced[0][0] <= now:
+            at, host = heapq.heappop(spaced)
+            if self._in_spaced.get(host) == at:
+                del self._in_spaced[host]
+                self._offer(host, now)
+
+    def _head(self, host: str) -> Waiting | None:
+        """The next source of ``host``'s line (stale places dropped), None: none."""
         line = self._lines.get(host)
-        while line:
-            _, _, at, _, name = heapq.heappop(line)
-            if self._due.get(name) == at:
-                return at, name
-        return None
+        while line and self._due.get(line[0][4]) != line[0][2]:
+            heapq.heappop(line)  # unscheduled or rescheduled meanwhile
+        if not line:
+            self._lines.pop(host, None)
+            return None
+        return line[0]
+
+    def _open(self, host: str) -> bool:
+        return self._head(host) is not None and self._busy[host] < self.per_host
 
     def _start(self, name: str, host: str, now: float) -> None:
         del self._due[name]
