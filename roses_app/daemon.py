@@ -25,6 +25,7 @@ from roses_app.connectors.websub_in import PushTable, Subscriber
 from roses_app.daemon_reload import ConfigWatcher, ReloadResult, reload_daemon, watched_files
 from roses_app.daemon_status import DaemonStatus
 from roses_app.datalock import DataDirLock
+from roses_app.heap import PacedFullCollections
 from roses_app.items import MICROS
 from roses_app.metrics import Metrics
 from roses_app.publish.console import PollHistory
@@ -72,6 +73,7 @@ class Daemon(DaemonStatus):
         self._late = WatermarkDrops()  # per query: rows dropped behind the watermark
         self._query_states = {}  # per query, as last read (see _look_at_queries)
         self.started_at = clock()
+        self.collections = PacedFullCollections()  # full collections at the loop's pace
         self.counters = {
             "items_spooled": 0,
             "query_restarts": 0,
@@ -272,11 +274,14 @@ class Daemon(DaemonStatus):
                 self.queries = self.start_queries(once=False)
                 self._look_at_queries()
             compacted = time.monotonic()
+            self.collections.start()
             while not stop.wait(1.0):
                 self._reload_if_asked(reload)
                 with self._serial:  # (a reload asked by the console waits for this)
                     compacted = self._tick(compacted)
+                self.collections.tick()
         finally:
+            self.collections.stop()
             log.info("stopping: finishing polls and the batch in flight")
             self.scheduler.shutdown(wait=True)
             self.mail.shutdown(wait=True)

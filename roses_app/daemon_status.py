@@ -20,6 +20,7 @@ from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.listing import Snapshot as SourceRows
 from roses_app.connectors.listing import rows_of
 from roses_app.connectors.mail import MailConnectors
+from roses_app.heap import PacedFullCollections
 from roses_app.metrics import PER_SOURCE_LIMIT, Metrics, Snapshot
 from roses_app.publish.catalog import Catalog
 from roses_app.publish.websub import Hub
@@ -65,6 +66,7 @@ class DaemonStatus:
     counters: dict[str, int]
     clock: Callable[[], float]
     started_at: float
+    collections: PacedFullCollections  # the main process's full collections
 
     def _streams_health(self, active: set[str]) -> dict[str, Any]:
         """Each stream's state, or above STREAM_DETAIL_LIMIT streams (100,000
@@ -114,6 +116,9 @@ class DaemonStatus:
             # publication dates not believed (before 1990, too far ahead): ingest time used
             "implausible_dates_per_source": self._implausible_health(),
             "websub": self.hub.stats() if self.hub is not None and self.hub.running else {},
+            # the main process's full collections (at the loop's pace) and their time
+            "full_collections": self.collections.full,
+            "full_collection_seconds": round(self.collections.seconds, 3),
             **counters,
         }
 
