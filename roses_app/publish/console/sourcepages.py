@@ -22,7 +22,7 @@ RECENT_ITEMS = 20
 PARAMS = ("q", "status", "sort", "per_page")
 # A first page waits this long for the rows (at 100,000 sources their first reading
 # takes about a second); then it says they are coming instead of keeping one waiting.
-FIRST_WAIT = 0.15
+FIRST_WAIT = 0.05
 READING = ("The rows of the {:,} sources are being read (the daemon has just started): "
            "reload this page in a moment.")  # fmt: skip
 
