@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -30,6 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import SpoolError
@@ -285,22 +287,61 @@ def compact_archive(archive: Path, tmp_dir: Path, min_files: int) -> int:
     the marker.  A crash at any step is finished or undone by
     :func:`finish_compaction` (no event is lost or read twice)."""
     # merged files stay as they are: each compaction costs what arrived since the last
-    olds = sorted(p for p in archive.rglob("*.jsonl") if not p.name.startswith("merged-"))
+    olds = sorted(
+        (p for p in archive.rglob("*.jsonl") if not p.name.startswith("merged-")),
+        key=first_seq,
+    )
     if len(olds) < min_files:
         return 0
-    events = sorted((e for path in olds for e in read_file(path)), key=lambda e: e.seq)
-    name = f"merged-{events[0].seq:020d}-{events[-1].seq:020d}.jsonl" if events else ""
-    if not name:
+    bounds = _seq_bounds(olds)
+    if bounds is None:
         for path in olds:
             path.unlink()
         return len(olds)
+    name = f"merged-{bounds[0]:020d}-{bounds[1]:020d}.jsonl"
     tmp = tmp_dir / name
-    write_synced(tmp, events)
+    _concatenate(olds, tmp)
     marker = archive / MARKER
     marker.write_text("\n".join([name, *(str(p.relative_to(archive)) for p in olds)]))
     os.replace(tmp, archive / name)
     finish_compaction(archive)
     return len(olds)
+
+
+def _seq_bounds(files: Sequence[Path]) -> tuple[int, int] | None:
+    """The first and last seq of ``files`` (by first seq: the first and last events of
+    the first and last files that hold any), None if they hold none."""
+    first = next((e.seq for path in files for e in read_file(path)), None)
+    last = next(
+        (events[-1].seq for path in reversed(files) if (events := list(read_file(path)))), None
+    )
+    return None if first is None or last is None else (first, last)
+
+
+def _concatenate(files: Sequence[Path], target: Path) -> None:
+    """``files`` one after the other into ``target``, on disk when this returns.
+
+    Spool files never overlap in seq and each is in seq order (an append takes its
+    seqs from the counter under the spool's lock), so in the order of their first seq
+    their lines are the events in seq order: they are copied as bytes.  Reading and
+    sorting the events instead held every archived item in the daemon at once (1.8
+    million items of a 100,000-feed first round: 1.1 GB, and seconds of the GIL)."""
+    with open(target, "wb") as out:
+        for path in files:
+            with open(path, "rb") as part:
+                shutil.copyfileobj(part, out, COPY_CHUNK)
+                if part.tell() and not _ends_with_newline(part):
+                    out.write(b"\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+COPY_CHUNK = 1 << 20
+
+
+def _ends_with_newline(part: BinaryIO) -> bool:
+    part.seek(-1, os.SEEK_END)
+    return part.read(1) == b"\n"
 
 
 def finish_compaction(archive: Path) -> None:

@@ -98,6 +98,30 @@ def test_compaction_merges_archived_files_and_keeps_every_event(tmp_path: Path) 
     spool.close()
 
 
+def test_compaction_copies_the_files_in_seq_order_whatever_their_folders(
+    tmp_path: Path,
+) -> None:
+    """The merged file is the archived files' lines one file after the other, by first
+    seq (never read into memory and sorted): folders that list them out of order, and
+    a file without its last newline, change nothing."""
+    spool = Spool(tmp_path / "spool")
+    for n in range(12):
+        spool.append_many([("a", [(f"<item><guid>{n}-{k}</guid></item>", None) for k in range(3)])])
+    before = list(spool.events())
+    for k, path in enumerate(sorted(spool.log_dir.glob("*.jsonl"))):
+        folder = spool.archive_dir / ("z" if k % 2 == 0 else "a") / str(11 - k)
+        folder.mkdir(parents=True)
+        path.rename(folder / path.name)
+    cut = sorted(spool.archive_dir.rglob("*.jsonl"))[0]
+    cut.write_bytes(cut.read_bytes().rstrip(b"\n"))
+    assert spool.compact(min_files=2) == 12
+    (merged,) = spool.archive_dir.rglob("*.jsonl")
+    assert merged.name == f"merged-{before[0].seq:020d}-{before[-1].seq:020d}.jsonl"
+    assert [(e.seq, e.item) for e in spool.events()] == [(e.seq, e.item) for e in before]
+    assert merged.read_bytes().count(b"\n") == 36
+    spool.close()
+
+
 def test_a_compaction_cut_short_is_finished_or_undone(tmp_path: Path) -> None:
     from roses_app.spool import MARKER, finish_compaction
 
