@@ -31,7 +31,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import SpoolError
@@ -329,19 +328,21 @@ def _concatenate(files: Sequence[Path], target: Path) -> None:
     with open(target, "wb") as out:
         for path in files:
             with open(path, "rb") as part:
-                shutil.copyfileobj(part, out, COPY_CHUNK)
-                if part.tell() and not _ends_with_newline(part):
-                    out.write(b"\n")
+                if os.fstat(part.fileno()).st_size <= COPY_CHUNK:  # most: one poll's file
+                    data = part.read()
+                    out.write(data)
+                    last = data[-1:]
+                else:
+                    shutil.copyfileobj(part, out, COPY_CHUNK)
+                    part.seek(-1, os.SEEK_END)
+                    last = part.read(1)
+            if last and last != b"\n":
+                out.write(b"\n")
         out.flush()
         os.fsync(out.fileno())
 
 
 COPY_CHUNK = 1 << 20
-
-
-def _ends_with_newline(part: BinaryIO) -> bool:
-    part.seek(-1, os.SEEK_END)
-    return part.read(1) == b"\n"
 
 
 def finish_compaction(archive: Path) -> None:
