@@ -32,63 +32,9 @@ from lxml import etree
 from roses_app.errors import StoreError
 from roses_app.items import parse_item
 from roses_app.store_rows import OutRow, RowBatch, RowLike, StoredEntry, entry_guid, out_row
+from roses_app.store_schema import KEEP_BATCHES, SCHEMA, SCHEMA_VERSION, UPSERT
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-# batch ids remembered per query (Spark keeps 100 batches of metadata by default)
-KEEP_BATCHES = 100
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS entries (
-    stream     TEXT    NOT NULL,
-    part       TEXT    NOT NULL,
-    guid       TEXT    NOT NULL,
-    ts         INTEGER NOT NULL,
-    seq        INTEGER NOT NULL,
-    item       TEXT    NOT NULL,
-    created_at REAL    NOT NULL,
-    updated_at REAL    NOT NULL,
-    PRIMARY KEY (stream, part, guid)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS entries_newest ON entries (stream, part, ts DESC, seq DESC);
-CREATE TABLE IF NOT EXISTS feeds (
-    stream     TEXT NOT NULL,
-    part       TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (stream, part)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS positions (
-    query_id TEXT    PRIMARY KEY,
-    seq      INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS versions (
-    stream      TEXT PRIMARY KEY,
-    fingerprint TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS batches (
-    query_id   TEXT    NOT NULL,
-    batch_id   INTEGER NOT NULL,
-    applied_at REAL    NOT NULL,
-    rows       INTEGER NOT NULL,
-    PRIMARY KEY (query_id, batch_id)
-) WITHOUT ROWID;
-"""
-
-
-_UPSERT = """
-INSERT INTO entries(stream, part, guid, ts, seq, item, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT(stream, part, guid) DO UPDATE SET
-    ts = excluded.ts, seq = excluded.seq, item = excluded.item, updated_at = excluded.updated_at
-WHERE (excluded.ts > entries.ts OR (excluded.ts = entries.ts AND excluded.seq >= entries.seq))
-  AND NOT (excluded.ts = entries.ts AND excluded.seq = entries.seq AND excluded.item = entries.item)
-"""
 
 
 class Store:
@@ -123,7 +69,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
             with self._write_lock:
-                conn.executescript(_SCHEMA)
+                conn.executescript(SCHEMA)
                 conn.execute(
                     "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
@@ -353,7 +299,7 @@ class Store:
             by_feed.setdefault((row.stream, row.part), []).append(entry)
         for (stream, part), entries in by_feed.items():
             before = conn.total_changes
-            conn.executemany(_UPSERT, entries)
+            conn.executemany(UPSERT, entries)
             if conn.total_changes != before:
                 conn.execute(
                     "INSERT INTO feeds(stream, part, created_at, updated_at) VALUES (?, ?, ?, ?)"
