@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_budget import item, one_second  # noqa: F401  (a fixture: the limit at 1 s)
 
 from roses_app.config import load_config
 from roses_app.errors import ItemTimeout
@@ -24,18 +25,6 @@ from roses_app.xmlfn import budget, filter_batch
 from roses_app.xmlfn.xpath import compile_xpath, parse
 
 LOOPS = "count(for $a in 1 to 100000, $b in 1 to 100000 return $a) > 0"
-
-
-def item(title: str, guid: str) -> str:
-    return f"<item><title>{title}</title><guid>{guid}</guid></item>"
-
-
-@pytest.fixture
-def one_second() -> Iterator[None]:
-    before = budget.limit()
-    budget.configure(1.0)
-    yield
-    budget.configure(before)
 
 
 def in_thread(work: Callable[[], Any]) -> Any:
