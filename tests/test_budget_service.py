@@ -82,10 +82,18 @@ def test_stalling_expressions_neither_stall_the_service_nor_its_stop(tmp_path: P
             "hungry/filter": 2,
             "spun/map": 1,
         }
+        # new stalling items and a calm one at once: the calm stream publishes its
+        # item within seconds, the bombs beside it notwithstanding
+        feed(tmp_path / "hostile.xml", ["a" * 60 + "!", "bad", "b" * 60 + "!", "worse"])
+        feed(tmp_path / "calm.xml", ["calm news", "more calm news"])
+        wait_for(lambda: roses.guids("quiet") == ["g1", "g0"], 60, "the next unrelated item")
         # a new item that stalls the filters (seconds of evaluations): SIGTERM while
         # its batch runs
         spooled = (roses.health() or {})["items_spooled"]
-        feed(tmp_path / "hostile.xml", ["a" * 60 + "!", "bad", "c" * 60 + "!"])
+        feed(
+            tmp_path / "hostile.xml",
+            ["a" * 60 + "!", "bad", "b" * 60 + "!", "worse", "c" * 60 + "!"],
+        )
         wait_for(lambda: (roses.health() or {})["items_spooled"] > spooled, 30, "the new item")
         time.sleep(1.0)  # the trigger (500ms) has started its batch
         code, took, text = roses.stop()
