@@ -175,3 +175,68 @@ def test_every_source_starts_once_within_every_bound(
     for h in set(host.values()):
         times = sorted(t for n, t in starts.items() if host[n] == h)
         assert all(b - a >= spacing - 1e-9 for a, b in itertools.pairwise(times))
+
+
+def test_a_full_host_seen_by_next_wakeup_starts_again_once_released():
+    """next_wakeup() met a host at its per-host bound and put it aside: its release
+    must offer it again (it once stayed aside for good, and its sources waited)."""
+    queue = PollQueue(concurrency=10, per_host=1, spacing=0.0)
+    for name in ("a1", "a2"):
+        queue.schedule(name, "a:80", 0.0)
+    assert [name for name, _ in queue.take(1.0)] == ["a1"]  # a:80 is full
+    queue.next_wakeup()  # meets a:80, full: put aside
+    queue.release("a1")
+    queue.done("a1")
+    assert queue.next_wakeup() is not None
+    assert [name for name, _ in queue.take(1.0)] == ["a2"]
+
+
+def _startable(q: PollQueue, now: float) -> str | None:
+    """A due source whose host has a slot and no spacing to wait, with room in flight
+    (what take() must have started)."""
+    if q.in_flight >= q.concurrency:
+        return None
+    for name, at in q._due.items():
+        host = q._host[name]
+        if at <= now and q._busy[host] < q.per_host and q._next_start.get(host, 0.0) <= now:
+            return name
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_after_take_nothing_that_could_start_is_left_waiting(seed: int):
+    """Random schedules, unschedules, releases, ends, wakeup questions and clock
+    steps: after each take() no due source that may start is left (next_wakeup() once
+    put a host aside and its release did not bring it back: its sources waited)."""
+    rng = __import__("random").Random(seed)
+    q = PollQueue(rng.randint(1, 4), rng.randint(1, 2), rng.choice([0.0, 0.5, 1.0]))
+    names, hosts = [f"s{i}" for i in range(8)], ["h0", "h1", "h2"]
+    now, fetching, running = 0.0, set(), set()
+    for _ in range(60):
+        op = rng.random()
+        if op < 0.35:
+            name = rng.choice(names)
+            if name not in running:
+                at, slack = now + rng.choice([0, 0.2, 1, 2]), rng.choice([0, 5])
+                q.schedule(name, q._host.get(name) or rng.choice(hosts), at, slack,
+                           at_risk=rng.random() < 0.2)  # fmt: skip
+        elif op < 0.45 and q._due:
+            q.unschedule(rng.choice(sorted(q._due)))
+        elif op < 0.6 and fetching:
+            name = rng.choice(sorted(fetching))
+            q.release(name)
+            fetching.discard(name)
+        elif op < 0.75 and running:
+            name = rng.choice(sorted(running))
+            q.done(name)
+            running.discard(name)
+            fetching.discard(name)
+        elif op < 0.85:
+            q.next_wakeup()
+        else:
+            now += rng.choice([0.1, 0.5, 1.0])
+        for name, _ in q.take(now):
+            fetching.add(name)
+            running.add(name)
+        assert _startable(q, now) is None

@@ -39,7 +39,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 
@@ -168,20 +170,12 @@ class PollQueue:
         if self._heap:
             times.append(self._heap[0].at)
         if self.in_flight < self.concurrency:
-            ready = self._ready
-            while ready and (
-                self._in_ready.get(ready[0][3]) != ready[0] or not self._open(ready[0][3])
-            ):
-                heapq.heappop(ready)  # superseded, or emptied or full since it was offered
-            if ready:
-                times.append(self._next_start.get(ready[0][3], 0.0))
-            spaced = self._spaced
-            while spaced and (
-                self._in_spaced.get(spaced[0][1]) != spaced[0][0] or not self._open(spaced[0][1])
-            ):
-                heapq.heappop(spaced)
-            if spaced:
-                times.append(spaced[0][0])
+            host = self._first_open(self._ready, self._in_ready, lambda key: (key[3], key))
+            if host is not None:
+                times.append(self._next_start.get(host, 0.0))
+            host = self._first_open(self._spaced, self._in_spaced, lambda at: (at[1], at[0]))
+            if host is not None:
+                times.append(self._in_spaced[host])
         return min(times) if times else None
 
     # -- the steps ---------------------------------------------------------------------
@@ -241,6 +235,24 @@ class PollQueue:
             self._lines.pop(host, None)
             return None
         return line[0]
+
+    def _first_open(
+        self, heap: list[Any], places: dict[str, Any], read: Callable[[Any], tuple[str, Any]]
+    ) -> str | None:
+        """The host at the top of ``heap`` (``_ready`` or ``_spaced``) that may start
+        a poll, the entries above it dropped: superseded ones, and those of hosts
+        emptied or full since, whose place is given up with them (a release or a new
+        due source offers them again)."""
+        while heap:
+            host, place = read(heap[0])  # the entry's host, and the place it says
+            if places.get(host) != place:
+                heapq.heappop(heap)
+            elif self._open(host):
+                return host
+            else:
+                heapq.heappop(heap)
+                del places[host]
+        return None
 
     def _open(self, host: str) -> bool:
         return self._head(host) is not None and self._busy[host] < self.per_host
