@@ -44,6 +44,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 
+@pytest.fixture(autouse=True)
+def _expression_time_limit() -> Iterator[None]:
+    """The process's per-item time limit as it was: a Daemon or a CLI command sets it
+    from its config (a test's ``item_time: 1s`` must not outlive that test)."""
+    from roses_app.xmlfn import budget
+
+    limit, env = budget.limit(), os.environ.get(budget.ENV)
+    yield
+    budget.configure(limit)
+    if env is None:
+        os.environ.pop(budget.ENV, None)
+    else:
+        os.environ[budget.ENV] = env
+
+
 @pytest.hookimpl(tryfirst=True)  # before the fixtures: a skipped test starts nothing
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("requires"):
