@@ -178,3 +178,30 @@ def test_the_fused_stage_strikes_per_step_and_batch_too() -> None:
     control = [index for index, (_, name) in enumerate(program.outputs) if name == "control"]
     published = [row[3] for row in rows if set(row[0]) & set(control)]
     assert published == [20]  # the other stream of the batch got its item
+
+
+@pytest.mark.usefixtures("one_second")
+def test_a_forked_child_times_its_evaluations_with_a_watchdog_of_its_own() -> None:
+    """(The parent's watchdog thread, and perhaps its lock, stay behind in a fork.)"""
+    import os
+
+    from roses_app.xmlfn.watchdog import WATCHDOG
+
+    with WATCHDOG._lock:  # held at the fork, as the parent's thread may hold it
+        pid = os.fork()
+        if pid == 0:  # the child: a stalling evaluation must still be stopped
+            try:
+                compile_xpath(LOOPS).boolean(parse(item("a", "1")))
+                os._exit(1)
+            except ItemTimeout:
+                os._exit(0)
+            except BaseException:
+                os._exit(2)
+    deadline = time.monotonic() + 30
+    while (found := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if found[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError("the child hung on the watchdog's lock")
+    assert os.waitstatus_to_exitcode(found[1]) == 0

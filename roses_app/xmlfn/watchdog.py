@@ -17,6 +17,7 @@ Python; Saxon has its own guard (:mod:`roses_app.xmlfn.xqguard`).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 
@@ -79,5 +80,14 @@ class Watchdog:
                         self.stopped += 1
                         _send(thread, ItemTimeout)
 
+    def forget(self) -> None:
+        """A forked child starts afresh: no watchdog thread there, and the lock may
+        have been held by the parent's at the fork."""
+        self._lock = threading.Lock()
+        self._deadlines.clear()
+        self._sent.clear()
+        self._thread = None
+
 
 WATCHDOG = Watchdog()
+os.register_at_fork(after_in_child=WATCHDOG.forget)
