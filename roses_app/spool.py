@@ -328,21 +328,13 @@ def _concatenate(files: Sequence[Path], target: Path) -> None:
     with open(target, "wb") as out:
         for path in files:
             with open(path, "rb") as part:
-                if os.fstat(part.fileno()).st_size <= COPY_CHUNK:  # most: one poll's file
-                    data = part.read()
-                    out.write(data)
-                    last = data[-1:]
-                else:
-                    shutil.copyfileobj(part, out, COPY_CHUNK)
+                shutil.copyfileobj(part, out)
+                if part.tell():  # a last line without its newline gets one
                     part.seek(-1, os.SEEK_END)
-                    last = part.read(1)
-            if last and last != b"\n":
-                out.write(b"\n")
+                    if part.read(1) != b"\n":
+                        out.write(b"\n")
         out.flush()
         os.fsync(out.fileno())
-
-
-COPY_CHUNK = 1 << 20
 
 
 def finish_compaction(archive: Path) -> None:
