@@ -12,6 +12,7 @@ from test_connector_support import FeedServer, Reply, Request, rss, until
 
 from roses_app.config.model import FeedSource, FetchSettings
 from roses_app.connectors.freshness import (
+    BACKLOG_WEIGHT,
     after_document,
     after_not_modified,
     at_risk,
@@ -193,6 +194,34 @@ def test_a_first_document_s_dates_give_the_first_rate():
     assert next_interval(adaptive, after, settings, T0).seconds > 1800  # about an hour
     monthly = after_document(fresh(), old, Hints(), T0)
     assert next_interval(adaptive, monthly, settings, T0).seconds > 12 * 3600
+
+
+def test_a_busy_feed_s_first_document_sets_a_second_poll_before_it_fills():
+    """20 items 15 s apart (240 an hour: the document fills in 5 minutes): the second
+    poll comes before half of it is replaced, although the dates span only 5 minutes
+    against a 15-minute prior (weighed as their span alone, the prior made it a
+    quarter of the rate and the second poll came after 10 minutes, 20 items lost).
+    The same 20 items bunched at one date (a burst, or the build time on every item)
+    are not taken for a steady rate: polled often at first, as before, but no longer
+    every minute after an hour of polls that find nothing new (extrapolated to an
+    hour from 3 minutes, they would have kept it at min_every for weeks)."""
+    settings = FetchSettings(min_every_seconds=60.0, max_every_seconds=900.0)
+    source = FeedSource("s", "http://h/f", 900.0, fixed=False)
+    busy = [(f"<item><guid>b{k}</guid></item>", int((T0 - 15 * k) * 1e6)) for k in range(20)]
+    state = after_document(fresh(), busy, Hints(), T0)
+    assert next_interval(source, state, settings, T0).seconds <= 150  # 10 new items
+    assert rate_of(state).seconds == BACKLOG_WEIGHT
+    bunched = [(xml, int((T0 - 180) * 1e6)) for xml, _ in busy]
+    burst = after_document(fresh(), bunched, Hints(), T0)
+    assert rate_of(burst).seconds == 180 and rate_of(burst).items == 19
+    at = T0
+    for _ in range(60):  # a minute apart, the same document again
+        burst = after_document(SourceState(**{**burst.__dict__, "last_success_at": at}),
+                               bunched, Hints(), at + 60)  # fmt: skip
+        at += 60
+    assert next_interval(source, burst, settings, at).seconds > 200
+    few = after_document(fresh(), busy[:3], Hints(), T0)  # 2 gaps: a fifth of the weight
+    assert rate_of(few).seconds == BACKLOG_WEIGHT / 5
 
 
 def test_a_feed_whose_document_fills_within_max_every_is_at_risk():

@@ -65,15 +65,35 @@ def backlog_rate(items: Items, now: float) -> Rate:
     (as Miniflux and NewsBlur do), so that a busy feed is polled often from its second
     poll on, not after a few polls have taught it, and a quiet one rarely.  The n dated
     items, over the span s from the oldest of them to now, count as n - 1 items in s
-    (one item: one in its age); weighed as a day at most, so that what polls see soon
-    outweighs it.  No date teaches nothing (the prior stands).  Dates in the future are
-    ignored; old ones count: twenty items over a year say the feed is quiet."""
+    (one item: one in its age), weighed as s within [:func:`backlog_weight`, a day]
+    (dates spread over at least half of s; else as s, a day at most): a day at most,
+    so that what polls see soon outweighs it.  No date teaches nothing
+    (the prior stands).  Dates in the future are ignored; old ones count: twenty items
+    over a year say the feed is quiet."""
     dates = sorted(p / MICROS for _, p in items if p is not None and p / MICROS <= now)
     if not dates:
         return Rate()
     span = max(now - dates[0], 1.0)
-    weight = min(span, DAY)
-    return Rate(items=max(len(dates) - 1, 1) * weight / span, seconds=weight)
+    gaps = max(len(dates) - 1, 1)
+    # dates bunched together (a burst, or every item stamped with the build time) say
+    # nothing of a steady rate: only dates spread over the span are extrapolated
+    spread = dates[-1] - dates[0] >= span / 2
+    weight = min(max(span, backlog_weight(gaps) if spread else 0.0), DAY)
+    return Rate(items=gaps * weight / span, seconds=weight)
+
+
+# A document of BACKLOG_GAPS dated items or more weighs at least BACKLOG_WEIGHT seconds
+# of observation, fewer items proportionally less.  Weighed as their span alone, the
+# dates of a busy feed lost to the prior (one item per default interval, worth that
+# interval): 20 items of the last 5 minutes against a 12-minute prior gave a quarter of
+# the rate, and a second poll after 30 more items had pushed the document out.
+BACKLOG_WEIGHT = 3600.0
+BACKLOG_GAPS = 10
+
+
+def backlog_weight(gaps: int) -> float:
+    """The least weight (seconds) of a first document's ``gaps`` + 1 dated items."""
+    return BACKLOG_WEIGHT * min(1.0, gaps / BACKLOG_GAPS)
 
 
 def after_not_modified(state: SourceState, headers: Mapping[str, str], now: float) -> SourceState:
@@ -162,9 +182,10 @@ def next_interval(
 
 
 # A feed is at risk when its document fills with new items within this many max_every:
-# a backlog that long (the first round of 100,000 new feeds takes half an hour and
-# more) overflows it.  Its smoothed rate starts below the true one (the prior weighs a
-# first document's 20 minutes of dates down by half), hence more than one max_every.
+# a backlog that long (the first round of 100,000 new feeds takes ten minutes and
+# more) overflows it.  Its smoothed rate starts below the true one (the prior still
+# weighs a first document's dates down by up to a fifth, and by more after a few
+# quiet polls), hence more than one max_every.
 RISK_HORIZON = 4.0
 
 
