@@ -1,7 +1,7 @@
 """The WebSub hub through `roses run` with thousands of subscribers of one feed (issue
 43.3: subscriptions verified, each change delivered to all of them, stop exits 0): one
 asyncio server on 127.0.0.1 holds the subscribers' callbacks (tests/websub_fleet.py),
-a change is an item written into the file the daemon polls.  scripts/bench_hub.py does
+a change is an item written into the file the daemon polls.  benchmarks/bench_hub.py does
 the same at 10,000 and prints the figures."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ each change (an item titled ``change-K`` in the delivered feed document).  Also
 subscribes them all to a topic through a hub, over a few kept-alive connections,
 retrying after the ``Retry-After`` of a 503 as a subscriber should.
 
-Used by tests/test_websub_fleet.py and scripts/bench_hub.py (10,000 subscribers of one
+Used by tests/test_websub_fleet.py and benchmarks/bench_hub.py (10,000 subscribers of one
 feed through `roses run`).  One thread runs the loop; a plain HTTP/1.1 parser keeps the
 fleet's own cost low (it shares the machine with the daemon it measures)."""
 

@@ -14,7 +14,7 @@ state-only commits of the batch go on.
 With ``pace`` (the daemon's ``settings.spark.busy_trigger``), the polls that found new
 items are appended at most once every ``pace`` seconds: each append is a spool file
 and so a Spark micro-batch, which costs the JVM about 0.3 core-seconds whatever its
-size (scripts/bench_trigger.py), so while new items keep coming (a first round of
+size (benchmarks/bench_trigger.py), so while new items keep coming (a first round of
 thousands of feeds) fewer, larger appends save most of that.  The first append after
 a quiet spell, items pushed in by a hub, and the polls' state-only commits (304s,
 errors) are written at once.

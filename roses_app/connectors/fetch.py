@@ -316,7 +316,7 @@ def _pooled_transport(
 
 def single_pool_transport(settings: FetchSettings) -> httpx.AsyncHTTPTransport:
     """One httpcore pool for every host (what :func:`_pooled_transport` replaced: the
-    baseline of ``scripts/bench_fetch.py``)."""
+    baseline of ``benchmarks/bench_fetch.py``)."""
     return httpx.AsyncHTTPTransport(
         http2=_http2(),
         limits=httpx.Limits(

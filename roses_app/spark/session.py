@@ -53,7 +53,7 @@ DROPPED_JVM_LINES = (
 )
 # A finite run (once, replay, explain) compiles the JVM's hot code with C1 only: on 2
 # cores C2's compiler threads take the cores from the Python workers during a run
-# that ends before C2's code pays back (scripts/bench_jit.py: a cold 100,000-item
+# that ends before C2's code pays back (benchmarks/bench_jit.py: a cold 100,000-item
 # replay 1.46x faster net of its start, the start 1.19x, `roses once` 1.18x).  The
 # daemon, which runs for days, keeps tiered compilation (C1, then C2 for what stays
 # hot): warm passes in one JVM were 20 % faster tiered on bench_replay's workload.

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Benchmark: the late windows' state, saved and read back once per poll, as the
+daemon's Spark operator does (one micro-batch per poll), side by side in one run.
+
+N items (default 100,000) arrive in polls of --group items, 30 s apart; 90% are
+published up to 5 s before they arrive, 10% 1 to 5 minutes before (within the
+lateness, --lateness minutes, default 10).  For a tumbling (1m every 1m), a sliding
+(5m every 1m) and a daily window (1d every 1d), the same
+:class:`~roses_app.algebra.lateness.LateWindows` runs poll after poll, its state
+saved and read back in between:
+
+  now       the windows as JSON, the items in time slices (a map state on Spark:
+            each slice's items as JSON, one value per slice); a poll reads the
+            slices it adds to or computes, and writes back those it changed
+  before    the windows and every item kept as one JSON text (each item once per
+            key), written whole each poll (the state as it was)
+
+and it prints items/s of the whole (arrival handling, window computations, the
+state's round trip; no reducer: each result is a constant), the bytes written per
+poll (mean and largest), with the ratios.  Both must publish the same windows.
+Figures depend on the machine (2 cores here).
+
+    .venv/bin/python benchmarks/bench_late_state.py [--items 100000] [--group 500]
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import orjson
+from benchlib import argument_parser
+
+from roses_app.algebra.lateness import LateWindows
+from roses_app.algebra.panes import Arrival, plain_entries
+from roses_app.algebra.plan import Report, TimeWindow
+from roses_app.algebra.slices import ChunkId, Entry, MemorySlices
+
+S = 1_000_000  # µs
+DAY = 86_400 * S
+SHAPES = {
+    "tumbling": TimeWindow(60 * S, 60 * S),
+    "sliding": TimeWindow(300 * S, 60 * S),
+    "daily": TimeWindow(DAY, DAY),
+}
+
+
+def polls(n: int, group: int, seed: int = 7) -> list[list[Arrival]]:
+    rng = random.Random(seed)
+    out: list[list[Arrival]] = []
+    for i in range(n):
+        if i % group == 0:
+            out.append([])
+        ingest = (i // group) * 30 * S
+        early = rng.randint(1, 5 * S) if rng.random() < 0.9 else rng.randint(60 * S, 300 * S)
+        item = f"<item><title>{i}</title><category>c{i % 7}</category></item>"
+        out[-1].append(Arrival(ingest - early, i, item))
+    return out
+
+
+class EncodedSlices(MemorySlices):
+    """Slices kept as JSON text, as the map state keeps them; counts bytes written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+
+    def get(self, chunk: ChunkId) -> list[Entry] | None:  # type: ignore[override]
+        text = dict.get(self, chunk)
+        return None if text is None else list(map(Entry._make, orjson.loads(text)))
+
+    def put(self, chunk: ChunkId, entries: list[Entry]) -> None:
+        text = orjson.dumps(plain_entries(entries))
+        self.written += len(text)
+        self[chunk] = text  # type: ignore[assignment]
+
+
+def run(
+    spec: TimeWindow, groups: list[list[Arrival]], lateness: int, whole: bool
+) -> tuple[float, list[int], list[Any]]:
+    """(seconds, bytes written per poll, emissions); ``whole``: the state as it was."""
+    started = time.perf_counter()
+    meta: bytes | None = None
+    store = EncodedSlices()
+    written: list[int] = []
+    emitted: list[Any] = []
+    for group in groups:
+        if whole and meta is not None:  # every item read back from the one text
+            data = orjson.loads(meta)
+            store = EncodedSlices()
+            for (key, n, c), entries in data.pop("items"):
+                store[key, n, c] = orjson.dumps(entries)  # type: ignore[assignment]
+        else:
+            data = None if meta is None else orjson.loads(meta)
+        windows = LateWindows.load(spec, lateness, Report(), data, store)
+        planned = windows.plan([group])
+        emitted += windows.settle(planned, ["<r/>"] * len(planned.computations)).emissions
+        store.written = 0
+        saved = windows.dump()
+        if whole:
+            saved["items"] = [[k, orjson.loads(v)] for k, v in dict.items(store)]
+            store.written = 0
+        meta = orjson.dumps(saved, option=orjson.OPT_NON_STR_KEYS)
+        written.append(len(meta) + store.written)
+    return time.perf_counter() - started, written, emitted
+
+
+def main() -> None:
+    parser = argument_parser(__doc__)
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--group", type=int, default=500, help="items per poll")
+    parser.add_argument("--lateness", type=int, default=10, help="minutes")
+    args = parser.parse_args()
+    groups = polls(args.items, args.group)
+    lateness = args.lateness * 60 * S
+    for name, spec in SHAPES.items():
+        now, now_bytes, now_out = run(spec, groups, lateness, whole=False)
+        before, before_bytes, before_out = run(spec, groups, lateness, whole=True)
+        now_mean, before_mean = sum(now_bytes) / len(groups), sum(before_bytes) / len(groups)
+        print(
+            f"{name:>8}: now {args.items / now:9,.0f} items/s, {now_mean / 1e3:8,.1f} kB"
+            f" written per poll (largest {max(now_bytes) / 1e3:8,.1f});"
+            f" before {args.items / before:9,.0f} items/s, {before_mean / 1e3:8,.1f} kB"
+            f" (largest {max(before_bytes) / 1e3:8,.1f}); {before / now:.1f}x time,"
+            f" {before_mean / now_mean:.1f}x bytes; same windows: {now_out == before_out}"
+        )
+
+
+if __name__ == "__main__":
+    main()

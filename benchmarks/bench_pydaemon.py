@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Benchmark: Spark's Python daemon as ROSES runs it (roses_app.spark.pydaemon: pyspark
+from the installed package's compiled code) against Spark's own (``pyspark.daemon``:
+pyspark from ``$SPARK_HOME/python/lib/pyspark.zip``, compiled again by every daemon
+and worker), side by side in one run.
+
+Cold runs (see benchmarks/coldruns.py): `roses replay --engine spark` of 10 events (the
+start) and of --items items, net of the start; with --once, `roses once` over the
+shipped feeds.yaml.  Spark's daemon is given by ``settings.spark.conf`` in a copy of
+each config.  The daemon's cost is paid once per run, so the start and `roses once`
+show it; the net time should not move.
+
+Figures depend on the machine (2 cores here): run it twice and quote the second run.
+
+    .venv/bin/python benchmarks/bench_pydaemon.py [--items 20000] [--subs 1] [--repeat 3] [--once]
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from benchlib import argument_parser, with_spark_setting, work_folder
+from coldruns import add_cold_arguments, as_is, cold, print_cold
+
+SPARKS = "pyspark.daemon (zip)"
+OURS = "roses_app.spark.pydaemon"
+
+
+def sparks_daemon(config: Path) -> Path:
+    """``config`` with Spark's own Python daemon."""
+    entry = 'conf: {"spark.python.daemon.module": "pyspark.daemon"}'
+    return with_spark_setting(config, entry, f"{config.stem}-spark-daemon.yaml")
+
+
+def main() -> None:
+    parser = argument_parser(__doc__)
+    add_cold_arguments(parser, items=20_000)
+    args = parser.parse_args()
+    with work_folder("roses-pydaemon-", keep=False) as work:
+        print(f"working in {work}; nproc {os.cpu_count()}; {args.items:,} items, "
+              f"{args.subs} subscription(s) and a split")  # fmt: skip
+        table = cold(work / "cold", args, {SPARKS: sparks_daemon, OURS: as_is})
+        print_cold(table, "Python daemon", args.repeat)
+
+
+if __name__ == "__main__":
+    main()
