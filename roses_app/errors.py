@@ -45,6 +45,16 @@ class ItemTimeout(EvaluationError, TimeoutError):
     """An expression ran past ``settings.limits.item_seconds`` on one item."""
 
 
+class RequestTimeUp(ItemTimeout):
+    """The time given to a whole request (a preview, a pull query) ran out before this
+    item: not a fault of the item's own."""
+
+
+class StepStruck(ItemTimeout):
+    """Not evaluated: its step already ran past the limit on several items of the
+    batch, so the batch's other items are dropped at once."""
+
+
 class ItemMemoryError(EvaluationError, MemoryError):
     """An expression needed more memory than ``settings.limits.worker_memory`` on one item."""
 

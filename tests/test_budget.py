@@ -20,7 +20,13 @@ import yaml
 
 from roses_app.algebra.plan import XQuery
 from roses_app.config import parse_config
-from roses_app.errors import ConfigError, ExpressionError, ItemMemoryError, ItemTimeout
+from roses_app.errors import (
+    ConfigError,
+    ExpressionError,
+    ItemMemoryError,
+    ItemTimeout,
+    StepStruck,
+)
 from roses_app.xmlfn import (
     budget,
     check_xpath,
@@ -190,6 +196,28 @@ def test_an_xquery_past_the_limit_drops_that_item_and_keeps_its_neighbours() -> 
     assert "map spin.xq ran for more than 1 s" in str(exc)
     # the next batch gets a new helper
     assert mutate_batch(query, (), items[:3]) == items[:3]
+
+
+@pytest.mark.usefixtures("one_second")
+def test_an_xquery_burst_costs_a_few_limits_then_the_batch_drops_the_rest() -> None:
+    """A burst of 20 runaway units among 100: after budget.STRIKES of them have run
+    past the limit, the batch's other units of that step are dropped unevaluated
+    (each counted, saying why), as the Python steps do, instead of a few deadlines
+    per runaway unit (50 s here without the strikes)."""
+    query = XQuery(SPIN, "spin.xq", 1)
+    items = [item("bad" if k % 5 == 2 else f"t{k}", str(k)) for k in range(100)]
+    dropped: list[Exception] = []
+    started = time.monotonic()
+    out = mutate_batch(query, (), items, on_error=lambda _, exc: dropped.append(exc))
+    took = time.monotonic() - started
+    assert sum(isinstance(e, ItemTimeout) and not isinstance(e, StepStruck)
+               for e in dropped) == budget.STRIKES  # fmt: skip
+    struck = [e for e in dropped if isinstance(e, StepStruck)]
+    assert struck and all("ran past settings.limits.item_time" in str(e) for e in struck)
+    assert all(out[k] is None for k in range(100) if k % 5 == 2)
+    assert len(dropped) == out.count(None)  # every unit dropped is counted
+    assert took < 25, f"{took:.1f} s: a few limits per runaway unit"
+    assert mutate_batch(query, (), items[:2]) == items[:2]  # the next batch starts afresh
 
 
 def test_xquery_in_the_guard_gives_what_it_gives_in_process() -> None:

@@ -48,7 +48,7 @@ from typing import Any
 
 import regex
 
-from roses_app.errors import ItemMemoryError, ItemTimeout
+from roses_app.errors import ItemMemoryError, ItemTimeout, RequestTimeUp, StepStruck
 from roses_app.rlimit import limit_memory
 from roses_app.xmlfn.watchdog import WATCHDOG
 
@@ -133,7 +133,7 @@ def arm() -> float:
         now = time.monotonic()
         until, seconds = _evaluation.until, _state.limit
         if until and now >= until:
-            raise ItemTimeout(WITHIN_MESSAGE)
+            raise RequestTimeUp(WITHIN_MESSAGE)
         _evaluation.started = now
         ticking = _state.watching and threading.get_ident() == _MAIN_THREAD
         if not ticking and (seconds is not None or until):
@@ -189,21 +189,21 @@ class Strikes:
 
     def check(self) -> None:
         if self.count >= STRIKES:
-            raise ItemTimeout(STRUCK_MESSAGE)
+            raise StepStruck(STRUCK_MESSAGE)
 
     def record(self, exc: BaseException) -> None:
         """Count ``exc`` if it is an item of its own past the limit (not one failed
         by these strikes, or by :func:`within`'s bound on a whole request)."""
-        if isinstance(exc, ItemTimeout):
-            text = str(exc)
-            if STRUCK_MESSAGE not in text and WITHIN_MESSAGE not in text:
-                self.count += 1
+        if isinstance(exc, ItemTimeout) and not isinstance(exc, StepStruck | RequestTimeUp):
+            self.count += 1
 
 
-def timeout_message(what: str) -> str:
+def timed_out(what: str) -> ItemTimeout:
+    """What an evaluation of ``what`` stopped now raises: :func:`within`'s bound on
+    the whole request, or the item's own limit."""
     if _evaluation.until and time.monotonic() >= _evaluation.until:
-        return f"{what} was stopped: {WITHIN_MESSAGE}"
-    return (
+        return RequestTimeUp(f"{what} was stopped: {WITHIN_MESSAGE}")
+    return ItemTimeout(
         f"{what} ran for more than {_state.limit:g} s on this item (settings.limits."
         "item_time), so the item is dropped: make the expression cheaper (no nested "
         "repetition such as (a+)+ in a regex, smaller for/to ranges) or raise the limit"
@@ -222,14 +222,14 @@ def remaining() -> float | None:
         until - now if until else math.inf,
     )
     if left <= 0:
-        raise ItemTimeout(timeout_message("the expression"))
+        raise timed_out("the expression")
     return left
 
 
 def _tick(signum: int, frame: Any) -> None:
     started, seconds = _evaluation.started, _state.limit  # the main thread's
     if started and seconds is not None and time.monotonic() - started > seconds:
-        raise ItemTimeout(timeout_message("the expression"))
+        raise timed_out("the expression")
 
 
 @contextmanager
@@ -272,7 +272,7 @@ class _TimedPattern:
     def _timed_out(self, exc: TimeoutError) -> ItemTimeout:
         if isinstance(exc, ItemTimeout):
             return exc
-        return ItemTimeout(timeout_message(f"the regex {self.pattern!r}"))
+        return timed_out(f"the regex {self.pattern!r}")
 
     def search(self, string: str, *args: Any) -> Any:
         try:

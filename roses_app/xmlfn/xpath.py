@@ -122,7 +122,7 @@ class CompiledXPath:
         """What an evaluation stopped by the time or memory limit raises, naming the
         expression."""
         if isinstance(exc, ItemTimeout):
-            return ItemTimeout(budget.timeout_message(f"XPath {self.expr!r}"))
+            return budget.timed_out(f"XPath {self.expr!r}")
         if isinstance(exc, ItemMemoryError):
             return ItemMemoryError(f"XPath {self.expr!r}: {exc}")
         return ItemMemoryError(

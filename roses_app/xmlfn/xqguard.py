@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from roses_app.algebra.plan import XQuery
-from roses_app.errors import EvaluationError, ItemTimeout
+from roses_app.errors import EvaluationError, StepStruck
 from roses_app.xmlfn import budget, xqpool
 from roses_app.xmlfn.batch import OnError, report
 from roses_app.xmlfn.xpath import Namespaces
@@ -137,21 +137,36 @@ def run(
         log.warning("XQuery runs without a time limit: %s", exc)
         return None
     results: list[str | None] = []
+    bounds = _Bounds(on_error, seconds, budget.Strikes())
     for start in range(0, len(inner), CHUNK_UNITS):
         stop = start + CHUNK_UNITS
-        results += _bounded(request, inner[start:stop], blame[start:stop], on_error, seconds)
+        results += _bounded(request, inner[start:stop], blame[start:stop], bounds)
     return results
 
 
+@dataclass(frozen=True)
+class _Bounds:
+    """What every request of one batch's run shares: where failures go, the item
+    limit, and the units past it so far (from budget.STRIKES on, the batch's other
+    units are dropped unevaluated, as the Python steps do)."""
+
+    on_error: OnError | None
+    seconds: float
+    strikes: budget.Strikes
+
+
 def _bounded(
-    request: Request,
-    inner: list[str],
-    blame: list[str | None],
-    on_error: OnError | None,
-    seconds: float,
+    request: Request, inner: list[str], blame: list[str | None], bounds: _Bounds
 ) -> list[str | None]:
     if not inner:
         return []
+    on_error, seconds = bounds.on_error, bounds.seconds
+    try:
+        bounds.strikes.check()
+    except StepStruck as struck:
+        for xml in blame:
+            report(on_error, request.what, xml, struck)
+        return [None] * len(inner)
     outcome = _ask(request, inner, blame, seconds)
     if not isinstance(outcome, str):
         computed, dropped = outcome
@@ -161,19 +176,20 @@ def _bounded(
     if len(inner) == 1:
         failure: Exception
         if outcome == "timeout":
-            failure = ItemTimeout(budget.timeout_message(request.what))
+            failure = budget.timed_out(request.what)
         else:
             failure = EvaluationError(
                 f"{request.what}: {outcome} on this item, so the item is dropped: if it ran "
                 "out of memory (settings.limits.worker_memory), make the query build less"
             )
+        bounds.strikes.record(failure)
         report(on_error, request.what, blame[0], failure)
         return [None]
     size = -(-len(inner) // SPLIT)
     results: list[str | None] = []
     for start in range(0, len(inner), size):
         stop = start + size
-        results += _bounded(request, inner[start:stop], blame[start:stop], on_error, seconds)
+        results += _bounded(request, inner[start:stop], blame[start:stop], bounds)
     return results
 
 
