@@ -16,7 +16,7 @@ and a digest of both feeds per hour (one xquery/digest.xq item per tumbling wind
 
 through roses_app.replay.run_reference and run_spark, each engine and query in a
 process of its own, and prints items/s, the peak memory of each and the ratios.  Both engines
-pair items by the predicate's equi-join key (roses_app.algebra.equikeys) and check
+pair items by the predicate's equi-join key (roses_app.algebra.plan.equikeys) and check
 the whole predicate on those candidates only.  Peak memory is sampled every 0.1 s
 from /proc: the engine's process (the driver), the JVM and Spark's Python workers.
 Spark gets a warm-up run on 2,000 events first (not counted).  Figures depend on the

@@ -27,10 +27,10 @@ import time
 
 from benchlib import argument_parser
 
-from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, join_keyed
-from roses_app.algebra.lateness import arrival_groups
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Join, Source, TimeWindow
+from roses_app.algebra.plan.operators import Join, Source, TimeWindow
+from roses_app.algebra.time.latejoin import LEFT, RIGHT, LateJoin, join_keyed
+from roses_app.algebra.time.lateness import arrival_groups
+from roses_app.algebra.time.panes import Arrival
 from roses_app.xmlfn.pairs import advance_join, late_join_results
 
 S = 1_000_000

@@ -6,7 +6,7 @@ N items (default 100,000) arrive in polls of --group items, 30 s apart; 90% are
 published up to 5 s before they arrive, 10% 1 to 5 minutes before (within the
 lateness, --lateness minutes, default 10).  For a tumbling (1m every 1m), a sliding
 (5m every 1m) and a daily window (1d every 1d), the same
-:class:`~roses_app.algebra.lateness.LateWindows` runs poll after poll, its state
+:class:`~roses_app.algebra.time.lateness.LateWindows` runs poll after poll, its state
 saved and read back in between:
 
   now       the windows as JSON, the items in time slices (a map state on Spark:
@@ -32,10 +32,10 @@ from typing import Any
 import orjson
 from benchlib import argument_parser
 
-from roses_app.algebra.lateness import LateWindows
-from roses_app.algebra.panes import Arrival, plain_entries
-from roses_app.algebra.plan import Report, TimeWindow
-from roses_app.algebra.slices import ChunkId, Entry, MemorySlices
+from roses_app.algebra.plan.operators import Report, TimeWindow
+from roses_app.algebra.time.lateness import LateWindows
+from roses_app.algebra.time.panes import Arrival, plain_entries
+from roses_app.algebra.time.slices import ChunkId, Entry, MemorySlices
 
 S = 1_000_000  # µs
 DAY = 86_400 * S

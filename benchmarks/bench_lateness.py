@@ -69,7 +69,7 @@ REVISION = re.compile(r'revision="(\d+)"')
 
 def generate(n: int, group: int, seed: int) -> list[Any]:
     """The events (RefInput) in arrival order: ``ts`` the ingest time of its poll."""
-    from roses_app.algebra.reference_registry import RefInput
+    from roses_app.algebra.reference.registry import RefInput
 
     rng = random.Random(seed)
     events = []
@@ -121,7 +121,7 @@ class Roses:
 def run_roses(spark: Any, config: Any, events: list[Any], work: Path) -> Roses:
     """What ``roses_app.replay.run_spark`` does, with an error accumulator for the
     tallies and one spool file per arrival group."""
-    from roses_app.algebra.lateness import split_tallies
+    from roses_app.algebra.time.lateness import split_tallies
     from roses_app.replay import MemorySink
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, error_counter, start_queries

@@ -115,8 +115,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from roses_app.algebra.program import build_program
-    from roses_app.algebra.rewrite import rewrite_streams
+    from roses_app.algebra.planner.program import build_program
+    from roses_app.algebra.planner.rewrite import rewrite_streams
     from roses_app.config import load_config
     from roses_app.items import Event
     from roses_app.replay import read_events

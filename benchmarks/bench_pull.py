@@ -23,8 +23,8 @@ from pathlib import Path
 
 from benchlib import argument_parser, work_folder
 
-from roses_app.algebra.pull import content_at
-from roses_app.algebra.reference_registry import RefInput
+from roses_app.algebra.reference.pull import content_at
+from roses_app.algebra.reference.registry import RefInput
 from roses_app.config import load_config
 from roses_app.items import MICROS, iso8601
 from roses_app.publish.pull import PullQueries

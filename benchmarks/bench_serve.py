@@ -48,7 +48,7 @@ from benchlib import argument_parser, fmt, work_folder
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from roses_app.algebra.plan import Source  # noqa: E402
+from roses_app.algebra.plan.operators import Source  # noqa: E402
 from roses_app.config.model import (  # noqa: E402
     Config,
     FeedSource,

@@ -272,7 +272,7 @@ def shipped_config(folder: Path, port: int) -> tuple[Path, list[str]]:
 
     The text is kept as it is (a YAML round trip would turn the key `on:` into `true:`)
     but for the port and data_dir; roses' own loader then checks the result."""
-    from roses_app.algebra.plan import Split
+    from roses_app.algebra.plan.operators import Split
     from roses_app.config import load_config
 
     folder.mkdir(parents=True)

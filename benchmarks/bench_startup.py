@@ -53,8 +53,8 @@ from roses_app.config import load_config
 config = load_config(config_path)
 times["load"] = time.perf_counter() - started
 started = time.perf_counter()
-from roses_app.algebra.program import build_program
-from roses_app.algebra.rewrite import rewrite_streams
+from roses_app.algebra.planner.program import build_program
+from roses_app.algebra.planner.rewrite import rewrite_streams
 ns = config.settings.namespaces
 streams = rewrite_streams([s.stream for s in config.streams.values()], ns)
 program = build_program([(s.plan, s.name) for s in streams], ns)

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from roses_app.algebra.plan import Source
+from roses_app.algebra.plan.operators import Source
 from roses_app.config.model import (
     Config,
     FeedSource,

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from roses_app.algebra.plan import XQuery  # noqa: E402
+from roses_app.algebra.plan.operators import XQuery  # noqa: E402
 from roses_app.xmlfn import filter_batch, mutate_batch, uses_fast_path, xqpool  # noqa: E402
 
 WORDS = (

@@ -4,7 +4,7 @@ the global plan's nodes and Spark's plans on request.
 A config of a hundred thousand subscriptions has half a million plan nodes: written
 out they are hundreds of megabytes, and Spark's plans of its queries take the JVM's
 start and the fused stage's construction.  So without stream names the command
-prints :mod:`roses_app.algebra.explain_summary` (counts, the most shared nodes, the
+prints :mod:`roses_app.algebra.planner.explain_summary` (counts, the most shared nodes, the
 largest streams, which query runs how many streams), for which Spark is not started;
 ``roses explain STREAM...`` prints those streams' plans, as written and rewritten,
 the global plan's nodes they use and Spark's plans; ``--all`` every stream's plans
@@ -25,7 +25,7 @@ from roses_app.heap import collector_paused
 if TYPE_CHECKING:  # (pyspark is imported by roses_app.spark only, when Spark runs)
     from pyspark.sql import DataFrame, SparkSession
 
-    from roses_app.algebra.plan import Stream
+    from roses_app.algebra.plan.operators import Stream
     from roses_app.spark.layout import Layout
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -52,7 +52,7 @@ def explain(config: Config, names: Sequence[str], *, every: bool, spark: bool) -
 
 
 def _rewritten(config: Config) -> tuple[list[Stream], dict[str, list[str]]]:
-    from roses_app.algebra.rewrite import rewrite_streams
+    from roses_app.algebra.planner.rewrite import rewrite_streams
 
     written = [s.stream for s in config.streams.values()]
     applied: dict[str, list[str]] = {}
@@ -60,8 +60,8 @@ def _rewritten(config: Config) -> tuple[list[Stream], dict[str, list[str]]]:
 
 
 def _summarized(config: Config, with_queries: bool) -> None:
-    from roses_app.algebra.explain_summary import summary
-    from roses_app.algebra.globalplan import GlobalPlan
+    from roses_app.algebra.planner.explain_summary import summary
+    from roses_app.algebra.planner.globalplan import GlobalPlan
 
     rewritten, applied = _rewritten(config)
     queries: Mapping[str, str] | None = None
@@ -89,7 +89,7 @@ def _layout(config: Config, rewritten: Sequence[Stream]) -> Layout:
 
 
 def _in_full(config: Config, names: Sequence[str], every: bool, spark: bool) -> None:
-    from roses_app.algebra.explain import format_global
+    from roses_app.algebra.planner.explain import format_global
 
     # Spark's JVM starts (another process) while the streams are rewritten
     with ThreadPoolExecutor(1, thread_name_prefix="roses-spark-start") as pool:
@@ -118,8 +118,8 @@ def _print_logical(
 ) -> None:
     """Each stream's plan as written, then as rewritten; sub-plans shared by several
     streams (computed once) are marked in both."""
-    from roses_app.algebra.explain import Sharing, format_plan
-    from roses_app.algebra.rewrite import summary
+    from roses_app.algebra.planner.explain import Sharing, format_plan
+    from roses_app.algebra.planner.rewrite import summary
 
     written = [stream.stream for stream in config.streams.values()]
     after_plans = {s.name: s for s in rewritten}

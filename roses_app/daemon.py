@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from roses_app.algebra.heartbeats import HeartbeatPlan, heartbeat_plan
-from roses_app.algebra.plan import Stream
+from roses_app.algebra.plan.operators import Stream
+from roses_app.algebra.planner.heartbeats import HeartbeatPlan, heartbeat_plan
 from roses_app.config.model import Config, FeedSource
 from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.mail import MailConnectors
@@ -379,7 +379,7 @@ class Daemon(DaemonStatus):
 
     def _heartbeat(self, beats: HeartbeatPlan) -> None:
         """Let time pass for the queries while time can still change a result (see
-        :mod:`roses_app.algebra.heartbeats`)."""
+        :mod:`roses_app.algebra.planner.heartbeats`)."""
         due = self._due(beats)
         if due is not None and self.spool.next_ts() >= due:
             self.spool.heartbeat()

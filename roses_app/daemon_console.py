@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from roses_app.algebra.lateness import split_tallies
+from roses_app.algebra.time.lateness import split_tallies
 from roses_app.config.edit import apply_stream
 from roses_app.connectors.listing import one
 from roses_app.daemon_reload import ReloadResult

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roses_app.algebra.lateness import split_tallies
+from roses_app.algebra.time.lateness import split_tallies
 from roses_app.config.model import Config
 from roses_app.connectors import FeedScheduler, StateStore
 from roses_app.connectors.listing import Snapshot as SourceRows

@@ -2,7 +2,7 @@
 
 A publication date far in the future or before 1990 is a broken clock or a
 placeholder, not a time: the item keeps its ingest time (see
-:mod:`roses_app.algebra.eventtime`).  No dependency: configuration, spool and replay
+:mod:`roses_app.algebra.time.eventtime`).  No dependency: configuration, spool and replay
 all read this module.
 """
 

@@ -26,9 +26,9 @@ from typing import BinaryIO
 
 import orjson
 
-from roses_app.algebra.plan import Split
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
-from roses_app.algebra.reference_registry import ordered
+from roses_app.algebra.plan.operators import Split
+from roses_app.algebra.reference.evaluator import RefEvent, RefInput, evaluate_streams
+from roses_app.algebra.reference.registry import ordered
 from roses_app.config.model import Config
 from roses_app.dates import DEFAULT_MAX_FUTURE, plausible_published
 from roses_app.errors import RosesError

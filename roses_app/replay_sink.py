@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from roses_app.algebra.reference_registry import RefEvent
+from roses_app.algebra.reference.registry import RefEvent
 from roses_app.store import OutRow, RowLike
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roses_app.algebra.plan import Source, Split
+from roses_app.algebra.plan.operators import Source, Split
 from roses_app.config.model import Config, FeedSource, HttpSettings, Publish, Settings, StreamConfig
 
 

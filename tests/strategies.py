@@ -9,14 +9,7 @@ from typing import ParamSpec, TypeVar
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.eventtime import (
-    chained_grouping,
-    late_sequential,
-    released_joined,
-    released_windows,
-    revised_windows,
-)
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     CountWindow,
     Delta,
@@ -39,7 +32,14 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     XQuery,
 )
-from roses_app.algebra.reference import RefInput
+from roses_app.algebra.reference.evaluator import RefInput
+from roses_app.algebra.time.eventtime import (
+    chained_grouping,
+    late_sequential,
+    released_joined,
+    released_windows,
+    revised_windows,
+)
 
 # A Spark differential test: a few examples (each runs queries), the session fixture.
 SPARK_EXAMPLES = settings(
@@ -231,7 +231,7 @@ def late_grouping_plans() -> st.SearchStrategy[Node]:
 
 def late_sequential_plans() -> st.SearchStrategy[Node]:
     """A window, a delta (of a window or not), a nest or a group over a count window
-    of a stateless plan in publication time: what roses_app.algebra.release feeds."""
+    of a stateless plan in publication time: what roses_app.algebra.time.release feeds."""
     below = plans(max_leaves=2).map(published_time)
     kinds = st.sampled_from(("insert", "delete"))
     counted = st.builds(Window, below, st.builds(CountWindow, st.integers(1, 4)))
@@ -259,7 +259,7 @@ def released_chains(below: st.SearchStrategy[Node] | None = None) -> st.SearchSt
     """One or two windows, deltas or nests over ``below`` (default: a stateless plan
     in publication time), or an aggregate or a group over a window of those (periodic,
     sliding or count): runs of operators where one reads another's results, which
-    roses_app.algebra.release feeds as a whole."""
+    roses_app.algebra.time.release feeds as a whole."""
     below = plans(max_leaves=2).map(published_time) if below is None else below
     kinds = st.sampled_from(("insert", "delete"))
 

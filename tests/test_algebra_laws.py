@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import ACCESSORS, PREDICATES, SPLITTERS, event_lists, plans
 
-from roses_app.algebra.plan import Filter, Map, Node, Split, Stream, Union
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate, evaluate_stream
-from roses_app.algebra.reference_registry import event_order, ordered
+from roses_app.algebra.plan.operators import Filter, Map, Node, Split, Stream, Union
+from roses_app.algebra.reference.evaluator import RefEvent, RefInput, evaluate, evaluate_stream
+from roses_app.algebra.reference.registry import event_order, ordered
 
 LAWS = settings(max_examples=60, deadline=None)
 predicates = st.sampled_from(PREDICATES)

@@ -355,9 +355,32 @@ def test_the_table_check_refuses_what_the_row_does_not_allow(layers: list[Layer]
     assert check("store", "items")
     assert not check("store", "spark.runner")
     assert not check("store", "spark.runner", TYPES)
-    assert check("algebra.reference", "xmlfn", LAZY)
-    assert check("algebra.reference", "xmlfn", TYPES)
-    assert not check("algebra.reference", "xmlfn")
+    assert check("algebra.reference.evaluator", "xmlfn", LAZY)
+    assert check("algebra.reference.evaluator", "xmlfn", TYPES)
+    assert not check("algebra.reference.evaluator", "xmlfn")
     assert check("daemon_console", "publish.console.deps")
     assert not check("publish.catalog", "daemon")
     assert not check("publish.console.app", "daemon_console", TYPES)
+
+
+def test_the_algebras_packages_are_layered_plan_time_then_planner_and_reference(
+    layers: list[Layer],
+) -> None:
+    """A nested folder is a row of its own: the plan, the rules of time, the planner and
+    the reference engine, each importing only the ones below it."""
+
+    def check(module: str, target: str, kind: str = TOP) -> bool:
+        return allowed(layers, Import(f"{ROOT}.{module}", f"{ROOT}.{target}", kind, "x.py", 1))
+
+    assert layer_of(layers, f"{ROOT}.algebra.time.windows") is not layer_of(
+        layers, f"{ROOT}.algebra.plan.operators"
+    )
+    assert check("algebra.time.windows", "algebra.plan.operators")
+    assert check("algebra.planner.explain", "algebra.time.eventtime")
+    assert check("algebra.reference.evaluator", "algebra.time.lateness")
+    assert not check("algebra.plan.operators", "algebra.time.windows", TYPES)
+    assert not check("algebra.time.windows", "algebra.planner.globalplan", LAZY)
+    assert not check("algebra.time.lateness", "algebra.reference.registry")
+    assert not check("algebra.planner.rewrite", "algebra.reference.evaluator", LAZY)
+    assert not check("algebra.reference.evaluator", "algebra.planner.globalplan")
+    assert not check("spark.lower", "algebra.reference.evaluator")

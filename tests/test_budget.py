@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan.operators import XQuery
 from roses_app.config import parse_config
 from roses_app.errors import (
     ConfigError,
@@ -365,7 +365,7 @@ def test_stalling_and_hungry_expressions_leave_the_other_streams_alone(
 def test_a_dropped_item_is_logged_with_its_stream_step_and_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from roses_app.algebra.program import build_program
+    from roses_app.algebra.planner.program import build_program
     from roses_app.spark.fused import error_hooks
 
     config = parse_config(

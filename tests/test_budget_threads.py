@@ -162,8 +162,8 @@ def test_after_three_items_past_the_limit_a_batch_drops_the_steps_other_items_at
 
 @pytest.mark.usefixtures("one_second")
 def test_the_fused_stage_strikes_per_step_and_batch_too() -> None:
-    from roses_app.algebra.plan import Filter, Source
-    from roses_app.algebra.program import build_program
+    from roses_app.algebra.plan.operators import Filter, Source
+    from roses_app.algebra.planner.program import build_program
     from roses_app.xmlfn.fused import run_program
 
     bomb = Filter(Source("news"), "if (title = 'bad') then " + LOOPS + " else true()")

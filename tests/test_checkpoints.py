@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from test_globalplan import VOLCANO, numbered_events, write_spool
 
-from roses_app.algebra.plan import Stream
-from roses_app.algebra.reference import evaluate_streams
+from roses_app.algebra.plan.operators import Stream
+from roses_app.algebra.reference.evaluator import evaluate_streams
 from roses_app.replay import MemorySink
 from roses_app.spark.layout import clear_unfinished_writes
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.plan import Filter, Map, Node, Origin, Source, Split, Union
+from roses_app.algebra.plan.operators import Filter, Map, Node, Origin, Source, Split, Union
 from roses_app.config import (
     Config,
     FeedSource,

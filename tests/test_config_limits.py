@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.globalplan import fingerprint, node_fingerprint
-from roses_app.algebra.plan import NODE_TYPES, Filter, Node, Origin, Source, Union
+from roses_app.algebra.plan.operators import NODE_TYPES, Filter, Node, Origin, Source, Union
+from roses_app.algebra.planner.globalplan import fingerprint, node_fingerprint
 from roses_app.config import load_config, parse_config
 from roses_app.config import loader as loader_module
 from roses_app.errors import ConfigError
@@ -198,13 +198,13 @@ def test_explain_writes_a_shared_sub_plan_out_once() -> None:
 _WALKS = textwrap.dedent(
     """
     import json, pickle
-    from roses_app.algebra.globalplan import (
+    from roses_app.algebra.planner.globalplan import (
         GlobalPlan, frontier_of, is_stateless, node_fingerprint, stream_fingerprint)
-    from roses_app.algebra.plan import Delta, Filter, Join, Source, Stream, Union
-    from roses_app.algebra.program import build_program
-    from roses_app.algebra.reference import RefInput, evaluate_streams
-    from roses_app.algebra.rewrite import rewrite_streams
-    from roses_app.algebra.tails import operator_count, spark_copies
+    from roses_app.algebra.plan.operators import Delta, Filter, Join, Source, Stream, Union
+    from roses_app.algebra.planner.program import build_program
+    from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
+    from roses_app.algebra.planner.rewrite import rewrite_streams
+    from roses_app.algebra.planner.stateless_tails import operator_count, spark_copies
 
     def doubling(levels, base, op):
         plans = [base]
@@ -304,8 +304,8 @@ def test_small_plans_keep_their_ids_and_large_ones_are_ids_of_their_digest() -> 
     small = Filter(Source("s"), "true()")
     assert node_fingerprint(small) == fingerprint(small)
     code = (
-        "from roses_app.algebra.plan import Filter, Source, Union\n"
-        "from roses_app.algebra.globalplan import node_fingerprint\n"
+        "from roses_app.algebra.plan.operators import Filter, Source, Union\n"
+        "from roses_app.algebra.planner.globalplan import node_fingerprint\n"
         "p = Filter(Source('s'), 'true()')\n"
         "for _ in range(20): p = Union((p, p))\n"
         "print(node_fingerprint(p))\n"

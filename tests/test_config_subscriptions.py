@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.plan import Filter, Source, Union
-from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.plan.operators import Filter, Source, Union
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
 from roses_app.cli import main
 from roses_app.config import load_config
 from roses_app.config import subscriptions as subscriptions_module

@@ -21,7 +21,7 @@ from test_console_support import (
     write_config,
 )
 
-from roses_app.algebra.plan import Filter, Source
+from roses_app.algebra.plan.operators import Filter, Source
 from roses_app.config import parse_config
 from roses_app.config.model import Config, FeedSource, Settings, SourceConfig, StreamConfig
 from roses_app.publish.console.chart import hourly_svg

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 from test_console_support import ORIGIN, login, make_env, write_config
 
-from roses_app.algebra.plan import Filter, Origin, Source
+from roses_app.algebra.plan.operators import Filter, Origin, Source
 from roses_app.config.model import FeedSource, SourceConfig, StreamConfig
 from roses_app.connectors.listing import Live, Snapshot, one, rows_of
 from roses_app.connectors.refresh import Interval

@@ -56,7 +56,7 @@ def test_a_dead_query_is_started_again_from_its_own_closure(tmp_path: Path) -> N
 
 def test_heartbeats_only_while_time_can_change_a_result(tmp_path: Path) -> None:
     """A heartbeat once the stream's interval has passed since the last event, none
-    once the last item is past every window (see roses_app.algebra.heartbeats); a
+    once the last item is past every window (see roses_app.algebra.planner.heartbeats); a
     config of stateless streams needs none."""
     stateless = CONFIG.replace(
         'aggregate: {from: {window: {from: a, time: 1h, every: 1h}}, reduce: "<item/>"}',

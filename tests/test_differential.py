@@ -19,8 +19,8 @@ from strategies import (
     time_plans,
 )
 
-from roses_app.algebra.plan import Node
-from roses_app.algebra.reference import RefInput
+from roses_app.algebra.plan.operators import Node
+from roses_app.algebra.reference.evaluator import RefInput
 from roses_app.config.model import Config, Settings, SparkSettings, StreamConfig
 from roses_app.replay import EventList, run_reference, run_spark
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.explain import describe
-from roses_app.algebra.plan import Node, Source
+from roses_app.algebra.plan.operators import Node, Source
+from roses_app.algebra.planner.explain import describe
 from roses_app.config.loader import parse_config
 from roses_app.dates import EARLIEST_PUBLISHED, plausible_published
 from roses_app.errors import ConfigError
@@ -214,8 +214,7 @@ def test_a_poll_s_implausible_dates_are_one_warning_with_their_count_and_range(
 
 
 def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
-    from roses_app.algebra.eventtime import inputs_first
-    from roses_app.algebra.plan import (
+    from roses_app.algebra.plan.operators import (
         CountWindow,
         Filter,
         Join,
@@ -224,7 +223,8 @@ def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
         WindowedGrouping,
         XQuery,
     )
-    from roses_app.algebra.unsupported import unsupported_on_event_time
+    from roses_app.algebra.time.eventtime import inputs_first
+    from roses_app.algebra.time.unsupported import unsupported_on_event_time
 
     wire = Source("wire", "published")
     grouping = WindowedGrouping(wire, "string(title)", 2, XQuery("<item/>"))
@@ -238,7 +238,7 @@ def test_a_shared_input_is_seen_before_every_node_reading_it() -> None:
 
 
 def test_lateness_and_late_belong_to_windows_over_publication_time(tmp_path: Path) -> None:
-    from roses_app.algebra.plan import Aggregate
+    from roses_app.algebra.plan.operators import Aggregate
 
     head = (
         "settings: {lateness: 90s}\n"
@@ -285,7 +285,7 @@ def test_lateness_and_late_belong_to_windows_over_publication_time(tmp_path: Pat
 
 
 def test_report_policies_are_read_and_their_mistakes_reported(tmp_path: Path) -> None:
-    from roses_app.algebra.plan import Aggregate, Report
+    from roses_app.algebra.plan.operators import Aggregate, Report
 
     head = "sources:\n  feed: {feed: 'http://example.org/feed'}\nstreams:\n"
     window = "{window: {from: feed, time: 1h, every: 1h}}"
@@ -337,8 +337,8 @@ def test_a_group_over_a_count_window_in_publication_time_reports_on_close(
     tmp_path: Path,
 ) -> None:
     # a late item could take a key out of a published window: its results wait until
-    # final (roses_app.algebra.release), and a report policy is refused with its line
-    from roses_app.algebra.eventtime import late_sequential
+    # final (roses_app.algebra.time.release), and a report policy is refused with its line
+    from roses_app.algebra.time.eventtime import late_sequential
 
     group = (
         "sources:\n  wire: {feed: 'http://example.org/wire', time: published}\nstreams:\n"
@@ -358,7 +358,7 @@ def test_a_group_over_a_count_window_in_publication_time_reports_on_close(
 
 
 def test_session_windows_are_read_by_aggregates_and_as_streams_not_by_joins(tmp_path: Path) -> None:
-    from roses_app.algebra.plan import Aggregate, SessionWindow, Window
+    from roses_app.algebra.plan.operators import Aggregate, SessionWindow, Window
 
     config = parse_config(
         "sources:\n  feed: {feed: 'http://example.org/feed'}\nstreams:\n"
@@ -392,7 +392,7 @@ def test_session_windows_are_read_by_aggregates_and_as_streams_not_by_joins(tmp_
 
 
 def test_explain_says_how_late_items_are_taken_and_when_results_are_reported() -> None:
-    from roses_app.algebra.plan import Aggregate, Report, TimeWindow, Window, XQuery
+    from roses_app.algebra.plan.operators import Aggregate, Report, TimeWindow, Window, XQuery
 
     window = Window(Source("wire", "published"), TimeWindow(3_600_000_000, 3_600_000_000))
     plain = Aggregate(window, XQuery("<item/>"), "s")
@@ -410,9 +410,9 @@ def test_explain_says_which_windows_a_release_runs_and_which_their_reader_runs()
     """A window read as a stream over publication time is released on close; the
     same window as a join's side, or under an aggregate over late windows, is run by
     that operator (the tree and the global plan say the same)."""
-    from roses_app.algebra.explain import format_global, format_plan
-    from roses_app.algebra.globalplan import GlobalPlan
-    from roses_app.algebra.plan import Aggregate, Join, Stream, TimeWindow, Window, XQuery
+    from roses_app.algebra.plan.operators import Aggregate, Join, Stream, TimeWindow, Window, XQuery
+    from roses_app.algebra.planner.explain import format_global, format_plan
+    from roses_app.algebra.planner.globalplan import GlobalPlan
 
     wire, blog = Source("wire", "published"), Source("blog", "published")
     side = Window(wire, TimeWindow(5))
@@ -437,8 +437,8 @@ def test_runs_over_runs_are_found_once_per_node_however_deep(
     """Whether a node is a released run depends on whether the node below is one:
     each node is asked once (asked again at every level, 12 runs over a join took
     2^12 steps, 50 runs hours)."""
-    from roses_app.algebra import eventtime
-    from roses_app.algebra.release_fed import fed_release
+    from roses_app.algebra.time import eventtime
+    from roses_app.algebra.time.release_results import fed_release
 
     lines = [
         "sources:",
@@ -469,7 +469,7 @@ def _any_plan(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
     """One operator over ``below``: every kind, with the windows each may read."""
     from strategies import REDUCER
 
-    from roses_app.algebra.plan import (
+    from roses_app.algebra.plan.operators import (
         Aggregate,
         CountWindow,
         Delta,
@@ -525,7 +525,7 @@ def _any_plan(below: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
 def _sliding_sides(node: Node) -> bool:
     """Whether a join's sides are sliding time windows or no window (the config
     refuses the others, over ingest time too)."""
-    from roses_app.algebra.plan import TimeWindow, Window
+    from roses_app.algebra.plan.operators import TimeWindow, Window
 
     sides = [c for c in node.children() if isinstance(c, Window)]
     return all(isinstance(w.spec, TimeWindow) and w.spec.period is None for w in sides)
@@ -543,6 +543,6 @@ def test_every_plan_over_publication_time_runs(plan: Node) -> None:
     """Whatever the operators and however deep, over sources read in publication time:
     none is refused (each reads items or the results of operators over publication
     time)."""
-    from roses_app.algebra.unsupported import unsupported_on_event_time
+    from roses_app.algebra.time.unsupported import unsupported_on_event_time
 
     assert [type(n).__name__ for n, _ in unsupported_on_event_time(plan)] == []

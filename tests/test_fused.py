@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import PREDICATES, event_lists, stream_plans
 
-from roses_app.algebra.plan import Filter, Map, Source, Split, Stream, Union, XQuery
-from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, build_program
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate_streams
+from roses_app.algebra.plan.operators import Filter, Map, Source, Split, Stream, Union, XQuery
+from roses_app.algebra.planner.program import INPUT_ITEM, TICK_OUTPUT, build_program
+from roses_app.algebra.reference.evaluator import RefEvent, RefInput, evaluate_streams
 from roses_app.xmlfn.fused import run_program
 
 SUBSCRIPTIONS = (

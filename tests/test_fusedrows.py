@@ -11,8 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program
-from roses_app.algebra.reference_registry import RefEvent, ordered
+from roses_app.algebra.planner.program import INPUT_ITEM, TICK_OUTPUT, Program
+from roses_app.algebra.reference.registry import RefEvent, ordered
 from roses_app.replay import _line, write_outputs
 from roses_app.replay_sink import FusedFiles, MemorySink
 from roses_app.spark.fused import to_batch

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from roses_app.algebra.globalplan import GlobalPlan, frontier_of
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Filter,
     Map,
@@ -21,8 +20,9 @@ from roses_app.algebra.plan import (
     Window,
     XQuery,
 )
-from roses_app.algebra.program import build_program
-from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.planner.globalplan import GlobalPlan, frontier_of
+from roses_app.algebra.planner.program import build_program
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
 from roses_app.items import Event
 from roses_app.replay import MemorySink
 from roses_app.spoolfiles import write_events
@@ -194,7 +194,7 @@ class FakeLedger:
 
 
 def test_the_layout_keeps_what_can_go_on_and_starts_what_is_new(tmp_path: Path) -> None:
-    from roses_app.algebra.globalplan import stream_fingerprint
+    from roses_app.algebra.planner.globalplan import stream_fingerprint
     from roses_app.spark.layout import STATELESS_QUERY, plan_layout, save_generation
 
     hourly = Stream("hourly", Aggregate(Window(VOLCANO, TimeWindow(10, 10)), DIGEST, "hourly"))

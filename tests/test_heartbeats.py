@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roses_app.algebra.heartbeats import (
-    MAX_INTERVAL,
-    MICROS,
-    MIN_INTERVAL,
-    heartbeat_plan,
-    next_refresh,
-)
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     CountWindow,
     Filter,
@@ -22,6 +15,13 @@ from roses_app.algebra.plan import (
     Union,
     Window,
     XQuery,
+)
+from roses_app.algebra.planner.heartbeats import (
+    MAX_INTERVAL,
+    MICROS,
+    MIN_INTERVAL,
+    heartbeat_plan,
+    next_refresh,
 )
 from roses_app.spool import Spool
 

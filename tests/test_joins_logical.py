@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import seed_tables as seed
 
-from roses_app.algebra.nested import join_row
+from roses_app.algebra.reference.nested import join_row
 
 F1, F2, MATCHES = seed.F1, seed.F2, seed.MATCHES
 

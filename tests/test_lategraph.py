@@ -30,11 +30,17 @@ from strategies import (
     released_join_plans,
 )
 
-from roses_app.algebra.lategraph import components, late_graph, late_unit, packed, unit_reads
-from roses_app.algebra.plan import Node, Source, Stream
-from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.release_fed import fed_release
-from roses_app.algebra.slices import MemorySlices, SliceMap
+from roses_app.algebra.plan.operators import Node, Source, Stream
+from roses_app.algebra.planner.late_groups import (
+    components,
+    late_graph,
+    late_unit,
+    packed,
+    unit_reads,
+)
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
+from roses_app.algebra.time.release_results import fed_release
+from roses_app.algebra.time.slices import MemorySlices, SliceMap
 from roses_app.spark.lategraph import LateGraph
 from roses_app.spark.lateunits import SourceRow
 from roses_app.spark.registry import Hooks

@@ -1,4 +1,4 @@
-"""FlameStream's windowed grouping over publication time (roses_app.algebra.lategrouping,
+"""FlameStream's windowed grouping over publication time (roses_app.algebra.time.lategrouping,
 seed 000 with seed 001's lateness): the operator taken micro-batch after micro-batch
 publishes what the reference evaluator does, counts the same results unchanged and
 the same items too late; the seed's example comes out whatever the arrival order; the
@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 from strategies import SPARK_EXAMPLES, late_grouping_plans, out_of_order_event_lists
 from test_differential import assert_engines_agree
 
-from roses_app.algebra.eventtime import late_grouped
-from roses_app.algebra.lategrouping import LateGrouping
-from roses_app.algebra.lateness import arrival_groups
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Node, Source, Stream, WindowedGrouping, XQuery
-from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.reference_grouping import late_grouping_events
-from roses_app.algebra.reference_registry import Context
+from roses_app.algebra.plan.operators import Node, Source, Stream, WindowedGrouping, XQuery
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
+from roses_app.algebra.reference.grouping import late_grouping_events
+from roses_app.algebra.reference.registry import Context
+from roses_app.algebra.time.eventtime import late_grouped
+from roses_app.algebra.time.lategrouping import LateGrouping
+from roses_app.algebra.time.lateness import arrival_groups
+from roses_app.algebra.time.panes import Arrival
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError
 from roses_app.xmlfn import split_batch
@@ -164,7 +164,7 @@ def test_the_state_keeps_what_an_item_on_time_could_change_or_reduce_with() -> N
 
 def test_two_items_one_event_gives_through_a_union_are_two_results() -> None:
     # the source's item and its marked copy: one event, one key, two items
-    from roses_app.algebra.plan import Map, Union
+    from roses_app.algebra.plan.operators import Map, Union
 
     source = Source("n", "published")
     marked = Map(source, xquery=XQuery("<item><title>{ string($i/title) }!</title></item>"))

@@ -1,4 +1,4 @@
-"""Inner joins and semijoins over publication time (roses_app.algebra.latejoin): the
+"""Inner joins and semijoins over publication time (roses_app.algebra.time.latejoin): the
 operator taken micro-batch after micro-batch publishes what the reference evaluator
 does; the config takes ``lateness`` where it applies and refuses the joins that a
 late item would take back.  The ``event_time_join`` replay fixture runs both engines
@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from strategies import SPARK_EXAMPLES, late_join_plans, out_of_order_event_lists
 from test_differential import assert_engines_agree
 
-from roses_app.algebra.eventtime import late_joined
-from roses_app.algebra.latejoin import (
+from roses_app.algebra.plan.operators import Join, Node, Source, Stream, TimeWindow, optimistic
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
+from roses_app.algebra.time.eventtime import late_joined
+from roses_app.algebra.time.latejoin import (
     LEFT,
     RIGHT,
     LateJoin,
@@ -27,10 +29,8 @@ from roses_app.algebra.latejoin import (
     on_time,
     pairs_at,
 )
-from roses_app.algebra.lateness import arrival_groups
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Join, Node, Source, Stream, TimeWindow, optimistic
-from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.time.lateness import arrival_groups
+from roses_app.algebra.time.panes import Arrival
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError
 from roses_app.xmlfn.pairs import advance_join, late_join_results
@@ -138,7 +138,7 @@ def test_lateness_belongs_to_joins_over_publication_time(tmp_path: Path) -> None
 def test_operators_of_time_read_joins_reporting_on_close_or_optimistically(
     tmp_path: Path,
 ) -> None:
-    from roses_app.algebra.eventtime import late_sequential, released_joined
+    from roses_app.algebra.time.eventtime import late_sequential, released_joined
 
     config = parse_config(
         HEAD
@@ -168,7 +168,7 @@ def test_operators_of_time_read_joins_reporting_on_close_or_optimistically(
 def test_report_optimistic_belongs_to_outer_joins_and_differences_over_publication_time(
     tmp_path: Path,
 ) -> None:
-    from roses_app.algebra.plan import Diff
+    from roses_app.algebra.plan.operators import Diff
 
     config = parse_config(
         HEAD
@@ -195,7 +195,7 @@ def test_report_optimistic_belongs_to_outer_joins_and_differences_over_publicati
 
 
 def test_an_item_taken_back_keeps_its_identity() -> None:
-    from roses_app.algebra.plan import Diff
+    from roses_app.algebra.plan.operators import Diff
     from roses_app.items import content_hash, item_identity
     from roses_app.xmlfn.pairs import replaced_by_pair
     from roses_app.xmlfn.stamp import withdrawn_item

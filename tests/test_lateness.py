@@ -1,6 +1,6 @@
 """Windows over publication time with an allowed lateness (seed 001).
 
-The rule (:mod:`roses_app.algebra.lateness`) on its own, with a plain Python reducer:
+The rule (:mod:`roses_app.algebra.time.lateness`) on its own, with a plain Python reducer:
 Scotty's cases, and properties over random out-of-order arrivals.  Both engines run
 it on the ``event_time_windows`` replay fixture (tests/test_replay.py); the last test
 runs Spark over that fixture in several micro-batches, its state kept in between.
@@ -19,16 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.lateness import (
+from roses_app.algebra.plan.operators import CountWindow, Report, SessionWindow, TimeWindow
+from roses_app.algebra.time.lateness import (
     Arrival,
     LateWindows,
     Planned,
     Settled,
     arrival_groups,
 )
-from roses_app.algebra.plan import CountWindow, Report, SessionWindow, TimeWindow
-from roses_app.algebra.slices import ChunkId, Entry, MemorySlices
-from roses_app.algebra.windows import refresh_bounds, refreshes_holding
+from roses_app.algebra.time.slices import ChunkId, Entry, MemorySlices
+from roses_app.algebra.time.windows import refresh_bounds, refreshes_holding
 
 DATA = Path(__file__).resolve().parent / "data"
 TUMBLING = TimeWindow(10, period=10)  # [1, 10], [11, 20], ... (refreshed at 0, 10, 20)
@@ -276,7 +276,7 @@ def test_spark_keeps_the_windows_between_micro_batches(tmp_path: Path, spark: An
 
 
 def test_the_counts_per_stream_are_told_from_the_items_dropped_per_step() -> None:
-    from roses_app.algebra.lateness import split_tallies
+    from roses_app.algebra.time.lateness import split_tallies
     from roses_app.metrics import Metrics, Snapshot
 
     dropped, tallies = split_tallies(

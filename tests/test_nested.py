@@ -9,13 +9,13 @@ import seed_tables as seed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.nested import (
+from roses_app.algebra.reference.nested import (
     delta_delete,
     delta_insert,
     nest,
     windowed_grouping,
 )
-from roses_app.algebra.windows import time_window
+from roses_app.algebra.time.windows import time_window
 
 
 @dataclass(frozen=True, order=True)

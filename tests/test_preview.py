@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.reference import evaluate_stream
-from roses_app.algebra.reference_registry import RefInput
+from roses_app.algebra.reference.evaluator import evaluate_stream
+from roses_app.algebra.reference.registry import RefInput
 from roses_app.config import load_config
 from roses_app.config.model import Config
 from roses_app.publish.preview import Previewer, PreviewRequest

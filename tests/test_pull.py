@@ -11,9 +11,9 @@ import feedparser
 import httpx
 import pytest
 
-from roses_app.algebra.plan import CountWindow, Filter, Source, Stream, TimeWindow, Window
-from roses_app.algebra.pull import PullQueryError, content_at
-from roses_app.algebra.reference_registry import RefInput
+from roses_app.algebra.plan.operators import CountWindow, Filter, Source, Stream, TimeWindow, Window
+from roses_app.algebra.reference.pull import PullQueryError, content_at
+from roses_app.algebra.reference.registry import RefInput
 from roses_app.cli import main
 from roses_app.config import load_config
 from roses_app.items import MICROS, iso8601

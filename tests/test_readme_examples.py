@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.plan import Aggregate, TimeWindow, Window
+from roses_app.algebra.plan.operators import Aggregate, TimeWindow, Window
 from roses_app.config import load_config, parse_config
 from roses_app.errors import ConfigError
 

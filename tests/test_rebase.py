@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from test_globalplan import DIGEST, VOLCANO, numbered_events, write_spool
 
-from roses_app.algebra.plan import Aggregate, Stream, TimeWindow, Window
-from roses_app.algebra.reference import RefInput, evaluate_streams
+from roses_app.algebra.plan.operators import Aggregate, Stream, TimeWindow, Window
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
 from roses_app.replay import MemorySink
 from roses_app.spark import rebase as rb
 

@@ -9,7 +9,7 @@ import seed_tables as seed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     CountWindow,
     Delta,
@@ -25,9 +25,9 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     XQuery,
 )
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate
-from roses_app.algebra.reference_time import WindowCall
-from roses_app.algebra.windows import count_window, time_window
+from roses_app.algebra.reference.evaluator import RefEvent, RefInput, evaluate
+from roses_app.algebra.reference.time_operators import WindowCall
+from roses_app.algebra.time.windows import count_window, time_window
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError
 

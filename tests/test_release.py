@@ -1,5 +1,5 @@
 """Delta, nest and windows read as streams over publication time
-(roses_app.algebra.release): what is released does not depend on how the arrivals are
+(roses_app.algebra.time.release): what is released does not depend on how the arrivals are
 cut into micro-batches, comes out in time order, and leaves out exactly the items
 later than the lateness; the config takes these operators; Spark publishes what the
 reference evaluator does.  The ``event_time_release`` replay fixture runs both engines
@@ -23,12 +23,12 @@ from strategies import (
 )
 from test_differential import assert_engines_agree
 
-from roses_app.algebra.eventtime import late_sequential
-from roses_app.algebra.lateness import arrival_groups
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Delta, Nest, Node, Stream, Window
-from roses_app.algebra.reference import RefInput
-from roses_app.algebra.release import Release, release_order
+from roses_app.algebra.plan.operators import Delta, Nest, Node, Stream, Window
+from roses_app.algebra.reference.evaluator import RefInput
+from roses_app.algebra.time.eventtime import late_sequential
+from roses_app.algebra.time.lateness import arrival_groups
+from roses_app.algebra.time.panes import Arrival
+from roses_app.algebra.time.release import Release, release_order
 from roses_app.config import parse_config
 
 
@@ -141,9 +141,9 @@ def test_a_released_run_cut_into_micro_batches_equals_the_reference(
     the reference's results."""
     from types import SimpleNamespace
 
-    from roses_app.algebra.reference import _context, evaluate_streams
-    from roses_app.algebra.reference_registry import run
-    from roses_app.algebra.slices import MemorySlices
+    from roses_app.algebra.reference.evaluator import _context, evaluate_streams
+    from roses_app.algebra.reference.registry import run
+    from roses_app.algebra.time.slices import MemorySlices
     from roses_app.spark.latesequential import released_run
 
     def failed(item: str | None, exc: BaseException) -> None:
@@ -172,7 +172,7 @@ def test_a_periodic_window_over_a_released_run_closes_once_across_micro_batches(
     """α over sliding periodic windows (4 ticks every 2) of a released run: each window
     is published once, when a later time comes, with every item it holds, however the
     micro-batches cut its items (an item of two windows is kept for the second)."""
-    from roses_app.algebra.plan import Aggregate, Source, TimeWindow, XQuery
+    from roses_app.algebra.plan.operators import Aggregate, Source, TimeWindow, XQuery
     from roses_app.spark.sequential import Event
     from roses_app.spark.stages import ClosedWindowsOperator
 
@@ -206,8 +206,7 @@ def test_every_operator_over_publication_time_is_lowered_in_the_late_graph(
 
     from strategies import REDUCER
 
-    from roses_app.algebra.lategraph import late_unit
-    from roses_app.algebra.plan import (
+    from roses_app.algebra.plan.operators import (
         Aggregate,
         CountWindow,
         Diff,
@@ -220,6 +219,7 @@ def test_every_operator_over_publication_time_is_lowered_in_the_late_graph(
         Unnest,
         WindowedGrouping,
     )
+    from roses_app.algebra.planner.late_groups import late_unit
     from roses_app.spark import lategraph
     from roses_app.spark.lower import lower
 

@@ -1,5 +1,5 @@
 """Released runs over an operator's results over publication time
-(roses_app.algebra.release, "fed by an operator's results"): a window, a delta, a
+(roses_app.algebra.time.release, "fed by an operator's results"): a window, a delta, a
 nest, or an aggregate or a group over them, reading the results of a join or a
 windowed grouping that reports on close, or of an aggregate or a group over periodic
 windows (revised until the clock decides them).  The operator and the release,
@@ -26,18 +26,18 @@ from strategies import (
 from test_differential import assert_engines_agree
 from test_lategraph import graph_results
 
-from roses_app.algebra.eventtime import (
-    fed_operators,
-    late_sequential,
-)
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Node,
     Stream,
 )
-from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.release_fed import (
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
+from roses_app.algebra.time.eventtime import (
+    fed_operators,
+    late_sequential,
+)
+from roses_app.algebra.time.panes import Arrival
+from roses_app.algebra.time.release_results import (
     FedRelease,
     fed_horizon,
     fed_release,
@@ -178,7 +178,7 @@ def test_the_config_takes_operators_of_time_over_joins_groupings_and_periodic_wi
         assert operators is not None
         assert min(fed_horizon(op, clock) for op in operators) == clock - lateness  # type: ignore[type-var]
     # roses explain names what a run reads
-    from roses_app.algebra.explain import describe
+    from roses_app.algebra.planner.explain import describe
 
     both = describe(config.streams["both"].plan)
     assert "the results of Join at step pairs/join and WindowedGrouping at step" in both
@@ -209,7 +209,7 @@ def test_the_clock_told_after_each_micro_batch_is_not_a_time_that_came() -> None
     """A window read as a stream gives its content at every time of its input: at
     the pairs' times and at the heartbeats', never at the clocks the join told after
     each micro-batch (those depend on how arrivals were cut)."""
-    from roses_app.algebra.plan import CountWindow, Join, Source, Window
+    from roses_app.algebra.plan.operators import CountWindow, Join, Source, Window
 
     join = Join(Source("a", "published"), Source("b", "published"), "inner", "true()")
     plan = Window(join, CountWindow(1))
@@ -235,7 +235,7 @@ def test_a_session_is_read_once_no_item_on_time_can_extend_it() -> None:
     10 + 5 - 1 + 3), so it is read only once the clock is the lateness and the gap
     past it, in its last version; the session of 17, published and then merged into
     it, not at all."""
-    from roses_app.algebra.plan import (
+    from roses_app.algebra.plan.operators import (
         CountWindow,
         Report,
         SessionWindow,
@@ -243,7 +243,7 @@ def test_a_session_is_read_once_no_item_on_time_can_extend_it() -> None:
         TimeWindow,
         Window,
     )
-    from roses_app.algebra.plan import XQuery as Query
+    from roses_app.algebra.plan.operators import XQuery as Query
 
     titles = Query("<item><title>{ string-join($items/title, '+') }</title></item>")
     sessions = Aggregate(
@@ -278,8 +278,15 @@ def test_a_group_over_sessions_closes_them_at_every_time_it_released() -> None:
     tells its horizon, 2: the session of the lava item at 1 must be out by then,
     though no item of the group came at 2 (it once came a batch later, and the run
     over the results and items, which had taken time 1, dropped it as late)."""
-    from roses_app.algebra.plan import CountWindow, GroupBy, SessionWindow, Source, Union, Window
-    from roses_app.algebra.plan import XQuery as Query
+    from roses_app.algebra.plan.operators import (
+        CountWindow,
+        GroupBy,
+        SessionWindow,
+        Source,
+        Union,
+        Window,
+    )
+    from roses_app.algebra.plan.operators import XQuery as Query
 
     a = Source("a", "published")
     titles = Query("<item><title>{ string-join($items/title, '+') }</title></item>")

@@ -1,7 +1,7 @@
 """Joins, semijoins and differences over operators' results over publication time
-(:func:`roses_app.algebra.eventtime.released_joined`): both sides released together,
+(:func:`roses_app.algebra.time.eventtime.released_joined`): both sides released together,
 each as a released run reads its operators' results and items
-(:class:`roses_app.algebra.release_fed.SidesRelease`), then joined in time order.
+(:class:`roses_app.algebra.time.release_results.SidesRelease`), then joined in time order.
 
 The micro-batch property runs the Spark operator's logic
 (:class:`roses_app.spark.lategraph.LateGraph`, whose unit
@@ -22,11 +22,11 @@ from strategies import SPARK_EXAMPLES, out_of_order_event_lists, released_join_p
 from test_differential import assert_engines_agree
 from test_lategraph import graph_results
 
-from roses_app.algebra.latejoin import LEFT, RIGHT
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Node, Stream
-from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.release_fed import FedRelease, SidesRelease, mark_seq
+from roses_app.algebra.plan.operators import Node, Stream
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
+from roses_app.algebra.time.latejoin import LEFT, RIGHT
+from roses_app.algebra.time.panes import Arrival
+from roses_app.algebra.time.release_results import FedRelease, SidesRelease, mark_seq
 
 
 @settings(

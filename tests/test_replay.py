@@ -20,7 +20,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from replay_golden import check_golden
 
-from roses_app.algebra.reference import RefEvent
+from roses_app.algebra.reference.evaluator import RefEvent
 from roses_app.config import load_config
 from roses_app.replay import (
     MemorySink,
@@ -148,7 +148,7 @@ def test_bad_event_lines_are_all_reported_with_their_line(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("iso", [False, True], ids=["ticks", "iso"])
 def test_output_lines_are_what_json_dumps_writes(tmp_path: Path, iso: bool) -> None:
-    from roses_app.algebra.reference_registry import RefEvent
+    from roses_app.algebra.reference.registry import RefEvent
     from roses_app.items import iso8601
 
     odd = '<item><title>é "quoted" \\ back\tslash \u2028 line</title></item>'
@@ -170,7 +170,7 @@ def test_output_lines_are_what_json_dumps_writes(tmp_path: Path, iso: bool) -> N
     st.integers(-(2**62), 2**62),
 )
 def test_any_item_text_comes_out_as_json_dumps_writes_it(text: str, ts: int) -> None:
-    from roses_app.algebra.reference_registry import RefEvent
+    from roses_app.algebra.reference.registry import RefEvent
     from roses_app.replay import output_line
 
     expected = json.dumps({"ts": ts, "item": text}, ensure_ascii=False) + "\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from replay_golden import ENGINES, GOLDEN, canonical, check_golden, golden_path
 
-from roses_app.algebra.reference_registry import RefEvent
+from roses_app.algebra.reference.registry import RefEvent
 from roses_app.config import load_config
 from roses_app.replay import Outputs, read_events, run_reference
 

@@ -1,4 +1,4 @@
-"""The rewriter (roses_app.algebra.rewrite): every rule keeps the reference output on
+"""The rewriter (roses_app.algebra.planner.rewrite): every rule keeps the reference output on
 random event lists (heartbeats included), and the equivalences of seed 002 that do not
 hold for physical streams are refused, each with a counter-example."""
 
@@ -22,7 +22,7 @@ from strategies import (
     released_chains,
 )
 
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     CountWindow,
     Delta,
     Diff,
@@ -39,8 +39,7 @@ from roses_app.algebra.plan import (
     Window,
     WindowSpec,
 )
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate, evaluate_streams
-from roses_app.algebra.rewrite import (
+from roses_app.algebra.planner.rewrite import (
     OMEGA0,
     RULES,
     Env,
@@ -57,6 +56,7 @@ from roses_app.algebra.rewrite import (
     rewrite_streams,
     unwrap_single_union,
 )
+from roses_app.algebra.reference.evaluator import RefEvent, RefInput, evaluate, evaluate_streams
 
 RULE = settings(max_examples=50, deadline=None)
 EVERYWHERE = Env(costed=False)  # every rule wherever its equivalence holds
@@ -476,7 +476,7 @@ def test_rewriting_streams_keeps_their_outputs(inputs, streams) -> None:
 
 def test_importing_the_rewriter_loads_neither_lxml_nor_pyspark() -> None:
     code = (
-        "import sys, roses_app.algebra.rewrite;"
+        "import sys, roses_app.algebra.planner.rewrite;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'lxml', 'elementpath')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

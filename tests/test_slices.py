@@ -1,4 +1,4 @@
-"""The time slices of a periodic window's items (roses_app.algebra.slices): whatever
+"""The time slices of a periodic window's items (roses_app.algebra.time.slices): whatever
 the micro-batches, the flushes and the chunks merged, a range reads what was added and
 not forgotten, and the store holds each item once, in few chunks per slice."""
 
@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.slices import MAX_CHUNKS, Entry, MemorySlices, Slices
+from roses_app.algebra.time.slices import MAX_CHUNKS, Entry, MemorySlices, Slices
 
 KEYS = st.sampled_from([None, "a", "b"])
 ADD = st.tuples(st.just("add"), KEYS, st.integers(0, 20))

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     GroupBy,
     Nest,
@@ -27,8 +27,8 @@ from roses_app.algebra.plan import (
     TimeWindow,
     XQuery,
 )
-from roses_app.algebra.reference import RefEvent
-from roses_app.algebra.windows import closed_windows
+from roses_app.algebra.reference.evaluator import RefEvent
+from roses_app.algebra.time.windows import closed_windows
 from roses_app.config import load_config
 from roses_app.items import iso8601
 from roses_app.replay import read_events, run_reference

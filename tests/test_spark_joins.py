@@ -2,7 +2,7 @@
 
 * The join_* replay fixtures (expected files checked by hand against the seed's tables
   and windows) run through both engines in tests/test_replay.py.
-* Equi-join keys (roses_app.algebra.equikeys): which predicates give one, and that
+* Equi-join keys (roses_app.algebra.plan.equikeys): which predicates give one, and that
   pairing by key changes no result of the reference evaluator.
 * Join state is bounded: Spark drops it once the watermark has passed.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.equikeys import EquiKey, equi_key, keyed_pairs
-from roses_app.algebra.plan import Diff, Join, Node, Semijoin, Source, TimeWindow, Window
-from roses_app.algebra.reference import RefInput, evaluate
+from roses_app.algebra.plan.equikeys import EquiKey, equi_key, keyed_pairs
+from roses_app.algebra.plan.operators import Diff, Join, Node, Semijoin, Source, TimeWindow, Window
+from roses_app.algebra.reference.evaluator import RefInput, evaluate
 from roses_app.config import load_config
 from roses_app.replay import EventList, run_reference
 from roses_app.spoolfiles import write_events
@@ -63,7 +63,9 @@ def test_no_key_unless_the_predicate_needs_one(on: str) -> None:
 
 
 def test_equikeys_imports_neither_lxml_nor_spark() -> None:
-    code = "import sys, roses_app.algebra.equikeys; print({'lxml', 'pyspark'} & set(sys.modules))"
+    code = (
+        "import sys, roses_app.algebra.plan.equikeys; print({'lxml', 'pyspark'} & set(sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "set()"
 

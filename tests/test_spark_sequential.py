@@ -29,9 +29,17 @@ import seed_tables as seed
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.plan import CountWindow, Delta, Node, Source, TimeWindow, Window, WindowSpec
-from roses_app.algebra.reference import RefEvent, RefInput, evaluate
-from roses_app.algebra.windows import count_window, time_window
+from roses_app.algebra.plan.operators import (
+    CountWindow,
+    Delta,
+    Node,
+    Source,
+    TimeWindow,
+    Window,
+    WindowSpec,
+)
+from roses_app.algebra.reference.evaluator import RefEvent, RefInput, evaluate
+from roses_app.algebra.time.windows import count_window, time_window
 from roses_app.config import load_config
 from roses_app.config.model import Config
 from roses_app.items import Event as SpoolEvent

@@ -319,7 +319,7 @@ def test_a_spool_line_that_is_not_an_event_is_counted_and_the_query_goes_on(
 ) -> None:
     """A damaged spool file must not stop the stateless query (it would fail again on
     every restart, on the same file); a stream added later reads up to the position."""
-    from roses_app.algebra.plan import Filter, Source, Stream
+    from roses_app.algebra.plan.operators import Filter, Source, Stream
     from roses_app.replay import MemorySink
     from roses_app.spark.queries import await_all
     from roses_app.spark.runner import Engine, error_counter, start_queries

@@ -1,5 +1,5 @@
 """A stateful node read by several streams is computed once: its readers' stateless
-tails run in one fused pass over its rows (:mod:`roses_app.algebra.tails`)."""
+tails run in one fused pass over its rows (:mod:`roses_app.algebra.planner.stateless_tails`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from test_globalplan import _run, write_spool
 
-from roses_app.algebra.globalplan import GlobalPlan
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Delta,
     Filter,
@@ -25,8 +24,9 @@ from roses_app.algebra.plan import (
     Window,
     XQuery,
 )
-from roses_app.algebra.reference import RefInput, evaluate_streams
-from roses_app.algebra.tails import operator_count, plan_tails, spark_copies
+from roses_app.algebra.planner.globalplan import GlobalPlan
+from roses_app.algebra.planner.stateless_tails import operator_count, plan_tails, spark_copies
+from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
 from roses_app.replay import MemorySink
 
 DIGEST = XQuery(

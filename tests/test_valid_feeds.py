@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from roses_app.algebra.reference import RefInput
+from roses_app.algebra.reference.evaluator import RefInput
 from roses_app.config import load_config
 from roses_app.connectors.xmlize import parse_feed
 from roses_app.items import MICROS

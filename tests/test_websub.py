@@ -20,7 +20,7 @@ import httpx
 import pytest
 from lxml import etree
 
-from roses_app.algebra.plan import Source, Split
+from roses_app.algebra.plan.operators import Source, Split
 from roses_app.config.model import (
     Config,
     FeedSource,

@@ -1,5 +1,5 @@
-"""The one window arithmetic (roses_app.algebra.windows), the one delta loop
-(roses_app.algebra.delta), and the registries of the reference evaluator and of the
+"""The one window arithmetic (roses_app.algebra.time.windows), the one delta loop
+(roses_app.algebra.time.delta), and the registries of the reference evaluator and of the
 feeds.yaml operators: without Spark."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roses_app.algebra.delta import delta, present
-from roses_app.algebra.nested import delta_delete, delta_insert
-from roses_app.algebra.plan import NODE_TYPES, Split, TimeWindow
-from roses_app.algebra.windows import (
+from roses_app.algebra.plan.operators import NODE_TYPES, Split, TimeWindow
+from roses_app.algebra.reference.nested import delta_delete, delta_insert
+from roses_app.algebra.time.delta import delta, present
+from roses_app.algebra.time.windows import (
     bounds,
     bucket_layout,
     last_refresh,
@@ -183,7 +183,7 @@ def test_delta_in_two_batches_is_delta_in_one(
 
 
 def test_every_node_type_but_split_has_reference_semantics() -> None:
-    from roses_app.algebra.reference import evaluated_types
+    from roses_app.algebra.reference.evaluator import evaluated_types
 
     assert evaluated_types() == set(NODE_TYPES) - {Split}
 

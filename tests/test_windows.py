@@ -12,7 +12,7 @@ import seed_tables as seed
 from hypothesis import given
 from hypothesis import strategies as st
 
-from roses_app.algebra.windows import count_window, session_window, time_window, window_events
+from roses_app.algebra.time.windows import count_window, session_window, time_window, window_events
 
 
 @dataclass(frozen=True)

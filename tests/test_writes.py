@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from roses_app.algebra.reference import RefEvent
+from roses_app.algebra.reference.evaluator import RefEvent
 from roses_app.replay import write_outputs
 from roses_app.writes import ParallelWrites
 

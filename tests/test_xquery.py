@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from roses_app.algebra.plan import Map, XQuery
+from roses_app.algebra.plan.operators import Map, XQuery
 from roses_app.config import parse_config
 from roses_app.errors import ConfigError, EvaluationError, ExpressionError
 from roses_app.xmlfn import (

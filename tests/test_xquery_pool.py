@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan.operators import XQuery
 from roses_app.errors import EvaluationError
 from roses_app.xmlfn import budget, combine_batch, mutate_batch, reduce_batch, xqpool, xquery
 

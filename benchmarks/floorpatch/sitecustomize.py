@@ -26,7 +26,7 @@ WORDS = frozenset(filter(None, os.environ.get("ROSES_BENCH_FLOOR", "").split(","
 
 
 def _stage(module: ModuleType) -> None:
-    from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT
+    from roses_app.algebra.planner.program import INPUT_ITEM, TICK_OUTPUT
 
     parse_items = "stage=parse" in WORDS
     outputs = "nooutput" not in WORDS

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from roses_app.algebra.plan import Node
-from roses_app.algebra.specs import XQuery
+from roses_app.algebra.plan.operators import Node
+from roses_app.algebra.plan.specs import XQuery
 from roses_app.config.model import Config
 from roses_app.errors import ConfigProblem
 from roses_app.xmlfn.hazards import hazards

@@ -33,6 +33,6 @@ MAX_EXPRESSION_CHARS = 5_000
 # Operators of time (and what reads them) that Spark runs for all stateful streams:
 # Spark shares no sub-plan between the branches of a query: a stateful sub-plan read
 # by k stateful operators runs k times (the stateless reads share one copy, see
-# roses_app.algebra.tails), and each copy costs Spark seconds of planning.
+# roses_app.algebra.planner.stateless_tails), and each copy costs Spark seconds of planning.
 # Counted on the rewritten plans (``union: [x, x]`` is x).
 MAX_STATEFUL_COPIES = 500

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from roses_app.algebra.plan import TIME_MODES, Node, Origin
+from roses_app.algebra.plan.operators import TIME_MODES, Node, Origin
 from roses_app.config.fields import Problems, Section, check_name, on_this_machine
 from roses_app.config.limits import MAX_CONFIG_BYTES
 from roses_app.config.mail import mail_source

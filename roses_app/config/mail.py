@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import cast
 
-from roses_app.algebra.plan import Origin
+from roses_app.algebra.plan.operators import Origin
 from roses_app.config.fields import Problems, Section, listing, on_this_machine
 from roses_app.config.model import ImapSecurity, ImapSettings, MailKind, MailSource, SmtpSettings
 from roses_app.config.settings import local_path

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from roses_app.algebra.plan import Node, Origin, Stream
+from roses_app.algebra.plan.operators import Node, Origin, Stream
 from roses_app.dates import DEFAULT_MAX_FUTURE
 
 
@@ -125,7 +125,7 @@ class Settings:
     # watermark delay, and what the reference evaluator holds back as undecided.
     lateness: int = 0
     # A publication date more than this (µs) after its item's ingest time is not
-    # believed: the item keeps its ingest time (see roses_app.algebra.eventtime).
+    # believed: the item keeps its ingest time (see roses_app.algebra.time.eventtime).
     max_future: int = DEFAULT_MAX_FUTURE
     # How often the daemon merges the spool's archived files (seconds).
     compact_every_seconds: float = 600.0

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from roses_app.algebra.plan import Node, Origin, XQuery
+from roses_app.algebra.plan.operators import Node, Origin, XQuery
 from roses_app.config.fields import Problems, Section
 from roses_app.config.yamlmarks import Marked, describe
 

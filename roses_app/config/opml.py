@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from roses_app.algebra.plan import Origin
+from roses_app.algebra.plan.operators import Origin
 from roses_app.config.fields import Problems
 from roses_app.config.model import FeedSource
 from roses_app.config.yamlmarks import Marked, describe

@@ -3,7 +3,7 @@
 An operator node is a mapping with exactly one operator key; its value holds the
 operator's arguments, among them its inputs (``from:``, ``union:`` items...), each
 either another operator node or a bare name.  A bare name is a source (a
-:class:`~roses_app.algebra.plan.Source` leaf) or another stream, whose plan is inlined:
+:class:`~roses_app.algebra.plan.operators.Source` leaf) or another stream, whose plan is inlined:
 finished plans only have Source leaves.  References are resolved depth-first, so cycles
 are found and reported once, with the whole path.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from roses_app.algebra.plan import Filter, Map, Node, Origin, Source, Split, Stream, Union
+from roses_app.algebra.plan.operators import Filter, Map, Node, Origin, Source, Split, Stream, Union
 from roses_app.config import streams_stateless, streams_time
 from roses_app.config.fields import NAME_RE, Problems, did_you_mean, listing
 from roses_app.config.limits import MAX_EXPRESSION_CHARS, MAX_PLAN_DEPTH, MAX_STATEFUL_COPIES
@@ -286,7 +286,7 @@ def check_stateful_copies(
     :func:`stateful_streams` (stateless ones add no operator)."""
     if not streams:
         return
-    from roses_app.algebra.tails import operator_count
+    from roses_app.algebra.planner.stateless_tails import operator_count
 
     def beyond(plans: Sequence[Stream]) -> Stream | None:
         for stream, total in operator_count(plans):
@@ -296,7 +296,7 @@ def check_stateful_copies(
 
     if beyond(streams) is None:
         return
-    from roses_app.algebra.rewrite import rewrite_streams
+    from roses_app.algebra.planner.rewrite import rewrite_streams
 
     found = beyond(rewrite_streams(streams, namespaces))
     if found is not None:
@@ -314,8 +314,8 @@ def check_event_time(problems: Problems, streams: Sequence[Stream]) -> None:
     """Report the operators of time that read items in publication time and that the
     engines cannot run on out-of-order input (each node once).  ``streams``: the
     :func:`stateful_streams` (filters, maps, unions, splits: nothing to report)."""
-    from roses_app.algebra.eventtime import publishes_late
-    from roses_app.algebra.unsupported import unsupported_on_event_time
+    from roses_app.algebra.time.eventtime import publishes_late
+    from roses_app.algebra.time.unsupported import unsupported_on_event_time
 
     seen: set[Node] = set()
     for stream in streams:

@@ -1,6 +1,6 @@
 """The ``report:`` and ``tick:`` arguments of an aggregate or group over a periodic
 time window or a session window, or of an aggregate over a count window
-(:class:`~roses_app.algebra.plan.Report`; seed 003's report dimension).
+(:class:`~roses_app.algebra.plan.operators.Report`; seed 003's report dimension).
 
     report: on-close                  # the default: when the window closes
     report: on-change                 # whenever its items change (before it closes too)
@@ -11,7 +11,7 @@ time window or a session window, or of an aggregate over a count window
 
 from __future__ import annotations
 
-from roses_app.algebra.plan import TICKS, Report
+from roses_app.algebra.plan.operators import TICKS, Report
 from roses_app.config.durations import DURATION_HINT, parse_duration
 from roses_app.config.fields import Section
 from roses_app.config.operator_registry import OperatorContext

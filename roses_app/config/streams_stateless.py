@@ -12,7 +12,7 @@ split:  {from: X, by: XPATH}                           # Ψ, only at a stream's 
 
 from __future__ import annotations
 
-from roses_app.algebra.plan import Filter, Map, Node, Split, Union
+from roses_app.algebra.plan.operators import Filter, Map, Node, Split, Union
 from roses_app.config.operator_registry import (
     Builder,
     OperatorContext,

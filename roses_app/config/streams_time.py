@@ -24,8 +24,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-from roses_app.algebra.eventtime import event_timed, reportable_input
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     CountWindow,
     Delta,
@@ -42,6 +41,7 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     WindowSpec,
 )
+from roses_app.algebra.time.eventtime import event_timed, reportable_input
 from roses_app.config.durations import DURATION_HINT, parse_duration
 from roses_app.config.fields import Section
 from roses_app.config.operator_registry import (
@@ -266,7 +266,7 @@ LATE_POLICIES = ("drop", "publish")
 
 def _lateness(ctx: OperatorContext, args: Section, source: Node | None) -> tuple[int, str]:
     """``lateness`` (default settings.lateness) and ``late`` (drop | publish): for
-    windows over publication time (roses_app.algebra.lateness).  Over ingest time
+    windows over publication time (roses_app.algebra.time.lateness).  Over ingest time
     items come in order, never late: the node keeps the defaults."""
     if source is None or not event_timed(source):
         for key in LATE_KEYS:
@@ -304,9 +304,9 @@ def _optimistic(ctx: OperatorContext, args: Section, source: Node, kind: str) ->
     """``report: optimistic`` of a left or full join, a product, a difference or a
     windowed grouping over publication time: an item without a partner is published
     at its arrival, and taken back (replaced in place) when a partner comes
-    (roses_app.algebra.latejoin); a grouping's result is published at its item's
+    (roses_app.algebra.time.latejoin); a grouping's result is published at its item's
     arrival, and revised in place when a late item changes it
-    (roses_app.algebra.lategrouping)."""
+    (roses_app.algebra.time.lategrouping)."""
     if "report" not in args:
         return False
     line = args.key_line("report")

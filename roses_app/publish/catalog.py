@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import quote, unquote
 
-from roses_app.algebra.eventtime import publishes_late
-from roses_app.algebra.lateness import LATE_PART
-from roses_app.algebra.plan import Split
+from roses_app.algebra.plan.operators import Split
+from roses_app.algebra.time.eventtime import publishes_late
+from roses_app.algebra.time.lateness import LATE_PART
 from roses_app.config.model import Config, StreamConfig
 from roses_app.items import part_name
 from roses_app.publish.feedpage import HTML_MEDIA_TYPE, render_feed_page

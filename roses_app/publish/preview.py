@@ -17,7 +17,7 @@ a map's accessor or a whole stream would give.  :meth:`Previewer.preview` answer
    once per item and field, and kept with the item): a keyword observer over 10,000
    items leaves a handful to evaluate, for a few milliseconds.  (One observer needs no
    index: the presearcher's Aho-Corasick scan serves many at once.)
-4. the stream is evaluated by the reference engine (:func:`roses_app.algebra.reference.
+4. the stream is evaluated by the reference engine (:func:`roses_app.algebra.reference.evaluator.
    evaluate_stream`) over those items (a window, a join or an aggregate too, with the
    heartbeats among them, and ``settings.lateness``): what Spark would publish from
    them.
@@ -43,10 +43,10 @@ from typing import Any
 
 from lxml import etree
 
-from roses_app.algebra.eventtime import stateless
-from roses_app.algebra.plan import Filter, Node, Source, Split, Stream, Union
-from roses_app.algebra.reference import evaluate_stream
-from roses_app.algebra.reference_registry import RefEvent, RefInput
+from roses_app.algebra.plan.operators import Filter, Node, Source, Split, Stream, Union
+from roses_app.algebra.reference.evaluator import evaluate_stream
+from roses_app.algebra.reference.registry import RefEvent, RefInput
+from roses_app.algebra.time.eventtime import stateless
 from roses_app.config.model import Config
 from roses_app.items import Event, iso8601, micros_of
 from roses_app.publish.preview_check import check_request

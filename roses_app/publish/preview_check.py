@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roses_app.algebra.plan import Node, Origin, Stream
+from roses_app.algebra.plan.operators import Node, Origin, Stream
 from roses_app.config.fields import Problems, check_name
 from roses_app.config.loader import _publish, _time_mode
 from roses_app.config.model import Config, Publish

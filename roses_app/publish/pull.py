@@ -1,7 +1,7 @@
 """Answering pull queries: ``GET /streams/NAME?at=TIME`` and ``roses query``.
 
 Any stream of the config, published or not, gives its content at a time
-(:func:`roses_app.algebra.pull.content_at`), computed from the spool as it is on disk
+(:func:`roses_app.algebra.reference.pull.content_at`), computed from the spool as it is on disk
 (read without its index, so a running daemon is not disturbed), as a feed document:
 JSON Feed by default, RSS or Atom when asked.
 """
@@ -17,13 +17,13 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from roses_app.algebra.pull import (
+from roses_app.algebra.reference.pull import (
     PullQueryError,
     UnknownStreamError,
     content_at,
     earliest_needed,
 )
-from roses_app.algebra.reference_registry import RefInput
+from roses_app.algebra.reference.registry import RefInput
 from roses_app.config.model import Config, StreamConfig
 from roses_app.items import MICROS, iso8601, iso_micros
 from roses_app.publish.catalog import RENDERERS, ConfigSource, config_getter, render_feed

@@ -37,8 +37,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.plan import Aggregate, GroupBy, Nest, TimeWindow, XQuery
-from roses_app.algebra.windows import BucketLayout, bucket_layout, periodic_input
+from roses_app.algebra.plan.operators import Aggregate, GroupBy, Nest, TimeWindow, XQuery
+from roses_app.algebra.time.windows import BucketLayout, bucket_layout, periodic_input
 from roses_app.errors import QueryError
 from roses_app.spark import counts, udfs
 from roses_app.spark.registry import EVENT_COLUMNS, LowerContext, Namespaces, lower
@@ -54,7 +54,7 @@ WATERMARK_METADATA = "spark.watermarkDelayMs"
 @dataclass(frozen=True)
 class Buckets(BucketLayout):
     """Spark ``window()`` arguments (µs), and what the seed's window keeps of a bucket
-    (the layout of :func:`roses_app.algebra.windows.bucket_layout`)."""
+    (the layout of :func:`roses_app.algebra.time.windows.bucket_layout`)."""
 
     # One group per input timestamp: ``ts`` is a grouping key too, since the bucket
     # is only the watermark's handle (see PER_TIMESTAMP).

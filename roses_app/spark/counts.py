@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pyspark import Accumulator, AccumulatorParam
 
-from roses_app.algebra.plan import Node
+from roses_app.algebra.plan.operators import Node
 
 log = logging.getLogger(__name__)
 

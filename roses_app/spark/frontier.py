@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
-from roses_app.algebra.program import TICK
+from roses_app.algebra.planner.program import TICK
 
 FRONTIER_DDL = "key STRING, ts BIGINT, seq BIGINT, item STRING, event BIGINT, origin STRING"
 SCHEMA = pa.schema(

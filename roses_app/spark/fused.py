@@ -21,7 +21,7 @@ from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.program import Program, Step
+from roses_app.algebra.planner.program import Program, Step
 from roses_app.config.model import LimitSettings
 from roses_app.heap import collector_paused
 from roses_app.spark import counts
@@ -181,7 +181,7 @@ def tail_frame(
     errors: Accumulator[dict[str, int]] | None = None,
 ) -> DataFrame:
     """The output rows (``stream, part, ts, seq, item``) of the stateless tails of a
-    stateful query (:mod:`roses_app.algebra.tails`): ``heads`` holds the rows of
+    stateful query (:mod:`roses_app.algebra.planner.stateless_tails`): ``heads`` holds the rows of
     every head once, ``source`` its key, and ``program`` runs every tail on them;
     its rows that name a stream pass as they are."""
     names = [tuple(streams_of.get(key, ())) for _, key in program.outputs]

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program
+from roses_app.algebra.planner.program import INPUT_ITEM, TICK_OUTPUT, Program
 
 if TYPE_CHECKING:
     from roses_app.spark.frontier import FrontierRow

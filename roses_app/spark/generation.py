@@ -3,8 +3,8 @@
 Each frontier node is read from the log (its rows under its key); every other node is
 lowered once (:mod:`roses_app.spark.lower`).  The heads of the streams' stateless
 tails are computed once each and the tails run in one fused pass over them
-(:mod:`roses_app.algebra.tails`); the streams left out of that are lowered on their
-own.  The operators over publication time among the heads and those streams' roots
+(:mod:`roses_app.algebra.planner.stateless_tails`); the streams left out of that are
+lowered on their own.  The operators over publication time among the heads and those streams' roots
 run in the late graph's operators (:mod:`roses_app.spark.lategraph`), whose rows go
 through the fused pass too (a stream's own pass as they are).  All of it is one
 frame, so one query.
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.eventtime import event_timed
-from roses_app.algebra.globalplan import GlobalPlan
-from roses_app.algebra.lategraph import late_unit
-from roses_app.algebra.plan import Node, Stream
-from roses_app.algebra.tails import plan_tails
+from roses_app.algebra.plan.operators import Node, Stream
+from roses_app.algebra.planner.globalplan import GlobalPlan
+from roses_app.algebra.planner.late_groups import late_unit
+from roses_app.algebra.planner.stateless_tails import plan_tails
+from roses_app.algebra.time.eventtime import event_timed
 from roses_app.spark.fused import TAIL_INPUT, no_stream, tail_frame
 from roses_app.spark.lategraph import late_graph_frame
 from roses_app.spark.lower import LowerContext, compile_stream, heartbeat, lower

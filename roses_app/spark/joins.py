@@ -1,6 +1,6 @@
 """Lowering of Join (inner, left, full, product), Semijoin, Diff and Unnest.
 
-The event form of the seed's rewrite (:mod:`roses_app.algebra.reference_time`): a
+The event form of the seed's rewrite (:mod:`roses_app.algebra.reference.time_operators`): a
 join input is a stream (ω0: the same timestamp only) or a sliding time window
 (width w, delay d: the other side's event at t meets the events with
 t − d − w + 1 ≤ ts ≤ t − d).  With ``gap = l.ts − r.ts``, a pair is
@@ -12,7 +12,7 @@ All of it is native stream-stream joins, whose state Spark drops once the
 watermark has passed:
 
 * candidates: an inner join on time buckets (:class:`Slots`) and, when the predicate
-  has the form ``$i1/PATH = $i2/PATH2 [and ...]`` (:mod:`roses_app.algebra.equikeys`),
+  has the form ``$i1/PATH = $i2/PATH2 [and ...]`` (:mod:`roses_app.algebra.plan.equikeys`),
   on key values too (a hash join); filtered to A or B exactly, then the whole
   predicate on the candidates and the combine on the matches (for a join, both in one
   pandas UDF);
@@ -41,9 +41,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.equikeys import EquiKey, equi_key
-from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow, Window
-from roses_app.algebra.specs import describe_window
+from roses_app.algebra.plan.equikeys import EquiKey, equi_key
+from roses_app.algebra.plan.operators import Diff, Join, Node, Semijoin, TimeWindow, Window
+from roses_app.algebra.plan.specs import describe_window
 from roses_app.spark.join_udfs import combine_udf, keys_udf, matched_udf, predicate_udf
 from roses_app.spark.registry import LowerContext, above_watermark, lower
 

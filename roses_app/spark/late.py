@@ -3,7 +3,7 @@
 input.  Their state's shape is in :mod:`roses_app.spark.lateprocessor`.
 
 Each such operator keeps its state as one JSON value, and a periodic or session
-window's items in a map state of time slices (:mod:`roses_app.algebra.slices`): a
+window's items in a map state of time slices (:mod:`roses_app.algebra.time.slices`): a
 micro-batch writes the items it adds, and reads the slices of the windows it
 computes, not every item kept.  Its input rows come from the frontier log: ``ts`` is
 the ingest time (the arrival, which also drives the query's watermark, in order),
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.latejoin import CLOCK_SEQ
-from roses_app.algebra.lateness import Arrival
-from roses_app.algebra.plan import Node
+from roses_app.algebra.plan.operators import Node
+from roses_app.algebra.time.latejoin import CLOCK_SEQ
+from roses_app.algebra.time.lateness import Arrival
 from roses_app.spark.registry import LowerContext
 
 
@@ -30,7 +30,7 @@ def with_clock(
 ) -> list[tuple[int, int, str | None, str]]:
     """``rows``, the heartbeats on time and a heartbeat (seq ``CLOCK_SEQ``) telling the
     ``horizon`` before which the operator's results are out and final: a released run
-    over them (:mod:`roses_app.algebra.release_fed`) sees those times pass and takes
+    over them (:mod:`roses_app.algebra.time.release_results`) sees those times pass and takes
     what is decided.  Every other reader of the results drops heartbeats."""
     out: list[tuple[int, int, str | None, str]] = [*rows]
     out += dict.fromkeys((a.time, a.seq, None, "") for a in heartbeats)  # a join's 2 sides

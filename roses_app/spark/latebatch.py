@@ -18,11 +18,11 @@ import pandas as pd
 from pyspark import Accumulator
 from pyspark.sql.streaming.stateful_processor import ValueState
 
-from roses_app.algebra.globalplan import node_fingerprint
-from roses_app.algebra.lategraph import unit_reads
-from roses_app.algebra.lateness import tally_key
-from roses_app.algebra.plan import Node
-from roses_app.algebra.slices import SliceMap
+from roses_app.algebra.plan.operators import Node
+from roses_app.algebra.planner.globalplan import node_fingerprint
+from roses_app.algebra.planner.late_groups import unit_reads
+from roses_app.algebra.time.lateness import tally_key
+from roses_app.algebra.time.slices import SliceMap
 from roses_app.spark.lateunits import Batch, Counts, Row, SourceRow, Unit, make_unit
 from roses_app.spark.registry import Hooks
 
@@ -32,7 +32,7 @@ Target = tuple[int, str | None, str | None]
 
 @dataclass(frozen=True)
 class LateGraph:
-    """A group of units (:func:`~roses_app.algebra.lategraph.components`), the units
+    """A group of units (:func:`~roses_app.algebra.planner.late_groups.components`), the units
     each reads before it, with one micro-batch (the processor and the tests drive
     it)."""
 

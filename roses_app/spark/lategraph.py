@@ -1,5 +1,5 @@
 """Spark lowering of the operators over publication time: each group of units that
-read one another (:mod:`roses_app.algebra.lategraph`) runs in one
+read one another (:mod:`roses_app.algebra.planner.late_groups`) runs in one
 ``transformWithStateInPandas`` operator, each unit once per micro-batch however many
 read it (:mod:`roses_app.spark.lateunits`).
 
@@ -7,7 +7,7 @@ The operator's input is the rows of the group's sources (the frontier log's, eac
 tagged with its source's index), under one constant key: every unit's clock is the
 latest time seen of every item, so its state is one key anyway.  Each unit keeps its
 state in a value state of its own, named by its node's fingerprint, and its windows'
-items in a map state of slices (:mod:`roses_app.algebra.slices`); what a micro-batch
+items in a map state of slices (:mod:`roses_app.algebra.time.slices`); what a micro-batch
 does there is in :mod:`roses_app.spark.latebatch`.  Out come the
 items (not the heartbeats) of the units the query reads, each tagged with what reads
 it: a head's key (the fused tail, :mod:`roses_app.spark.fused`) or a stream's name.
@@ -25,9 +25,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.eventtime import publishes_late
-from roses_app.algebra.lategraph import components, late_graph, late_unit, packed
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Delta,
     Diff,
@@ -40,6 +38,8 @@ from roses_app.algebra.plan import (
     Window,
     WindowedGrouping,
 )
+from roses_app.algebra.planner.late_groups import components, late_graph, late_unit, packed
+from roses_app.algebra.time.eventtime import publishes_late
 from roses_app.spark.aggregate import aggregate_frame, group_by_frame, nest_frame
 from roses_app.spark.joins import diff_frame, join_frame, semijoin_frame
 from roses_app.spark.late import timed_input

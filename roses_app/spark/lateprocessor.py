@@ -20,8 +20,8 @@ from pyspark import Accumulator, cloudpickle
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import MapState, TimerValues, ValueState
 
-from roses_app.algebra.panes import plain_entries
-from roses_app.algebra.slices import ChunkId, Entry, SliceMap
+from roses_app.algebra.time.panes import plain_entries
+from roses_app.algebra.time.slices import ChunkId, Entry, SliceMap
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +34,7 @@ SLICE_DDL = "entries STRING"
 
 
 class StateSlices:
-    """A :class:`~roses_app.algebra.slices.SliceMap` in the operator's map state."""
+    """A :class:`~roses_app.algebra.time.slices.SliceMap` in the operator's map state."""
 
     def __init__(self, state: MapState) -> None:
         self.state = state

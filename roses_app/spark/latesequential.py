@@ -1,12 +1,12 @@
-"""A released run over publication time (:func:`roses_app.algebra.eventtime.late_sequential`),
-the rule of :mod:`roses_app.algebra.release`, one micro-batch at a time.
+"""A released run over publication time (:func:`roses_app.algebra.time.eventtime.late_sequential`),
+the rule of :mod:`roses_app.algebra.time.release`, one micro-batch at a time.
 
 The run holds the items on time until the clock (the latest time seen of every item)
 is more than the lateness past them, then runs them in time order through the same
 stages as over ingest time (:mod:`roses_app.spark.stages`: the windows, deltas, nests
 and windowed groupings of the run, then an aggregate or a group: per time of its
 window, or per closed window of a periodic one; with a report policy or sessions, the
-windows of :mod:`roses_app.algebra.lateness`, each time one arrival).  Its state (the
+windows of :mod:`roses_app.algebra.time.lateness`, each time one arrival).  Its state (the
 clock, the items held and each stage's memory) is JSON.  Items later than the
 lateness are counted under ``late:STREAM`` (and an aggregate or a group with
 ``late: publish`` publishes them in its ``late`` part).  The late graph's operator
@@ -18,15 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roses_app.algebra.eventtime import (
-    fed_operators,
-    late_sequential,
-    publishes_late,
-    released_chain,
-    released_windows,
-)
-from roses_app.algebra.lateness import LATE_PART, Arrival
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Delta,
     GroupBy,
@@ -36,10 +28,18 @@ from roses_app.algebra.plan import (
     Window,
     WindowedGrouping,
 )
-from roses_app.algebra.release import Release, release_lateness
-from roses_app.algebra.release_fed import FedRelease, fed_horizon, side_shape
-from roses_app.algebra.slices import SliceMap
-from roses_app.algebra.windows import periodic_input
+from roses_app.algebra.time.eventtime import (
+    fed_operators,
+    late_sequential,
+    publishes_late,
+    released_chain,
+    released_windows,
+)
+from roses_app.algebra.time.lateness import LATE_PART, Arrival
+from roses_app.algebra.time.release import Release, release_lateness
+from roses_app.algebra.time.release_results import FedRelease, fed_horizon, side_shape
+from roses_app.algebra.time.slices import SliceMap
+from roses_app.algebra.time.windows import periodic_input
 from roses_app.spark import counts
 from roses_app.spark.late import with_clock
 from roses_app.spark.registry import Hooks
@@ -60,7 +60,7 @@ Row = tuple[int, int, str | None, str]  # ts, seq, item, part
 class ReleasedRun:
     """What a released run does with one micro-batch, without Spark (the processor
     and the tests drive it): its release, then its stages, then its windows stage if
-    it has one (:func:`~roses_app.algebra.eventtime.released_windows`)."""
+    it has one (:func:`~roses_app.algebra.time.eventtime.released_windows`)."""
 
     node: Node
     stages: tuple[Operator, ...]
@@ -100,7 +100,7 @@ class ReleasedRun:
                     saved.get("windows"), out, slices, passed
                 )
         # the last time released: a run over these results knows what is before it
-        # is out (roses_app.algebra.release_fed), and sees the heartbeats released
+        # is out (roses_app.algebra.time.release_results), and sees the heartbeats released
         state["last"] = last = max((a.time for a in released), default=saved.get("last"))
         published: list[Row] = [(ts, seq, item, "") for ts, seq, item in found]
         if publishes_late(self.node):
@@ -124,7 +124,7 @@ def load_memory(saved: dict[str, Any] | None) -> Memory:
 
 def released_stages(node: Node, ctx: Hooks) -> list[Operator]:
     """The stages of the run of operators ``node`` ends over publication time
-    (:func:`~roses_app.algebra.eventtime.released_chain`), the lowest first; not the
+    (:func:`~roses_app.algebra.time.eventtime.released_chain`), the lowest first; not the
     windows stage (:func:`windows_stage`) nor the window it reads."""
     stages: list[Operator] = []
     chain = released_chain(node)
@@ -153,7 +153,7 @@ def released_stages(node: Node, ctx: Hooks) -> list[Operator]:
 
 def windows_stage(node: Node, ctx: Hooks) -> WindowsStage | None:
     """The last stage of ``node``'s run, when it computes windows with a report
-    policy or sessions (:func:`~roses_app.algebra.eventtime.released_windows`)."""
+    policy or sessions (:func:`~roses_app.algebra.time.eventtime.released_windows`)."""
     spec = released_windows(node)
     if spec is None:
         return None

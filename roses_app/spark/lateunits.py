@@ -1,23 +1,23 @@
 """One micro-batch of each kind of operator over publication time (a *unit* of
-:mod:`roses_app.algebra.lategraph`), without Spark: the late graph's operator
+:mod:`roses_app.algebra.planner.late_groups`), without Spark: the late graph's operator
 (:mod:`roses_app.spark.lategraph`) and the tests drive them.
 
 A unit reads its sources' rows (an item at its publication time, or its ingest time;
 heartbeats) and the rows other units gave in the same micro-batch, and gives its own:
 its results, the heartbeats on time and the horizon it tells
 (:func:`~roses_app.spark.late.with_clock`).  Its state is a JSON value (and the
-slices of its windows' items, :mod:`roses_app.algebra.slices`):
+slices of its windows' items, :mod:`roses_app.algebra.time.slices`):
 
-- late windows of α or γ (:mod:`roses_app.algebra.lateness`);
-- a windowed grouping of items (:mod:`roses_app.algebra.lategrouping`);
-- a join, semijoin or difference (:mod:`roses_app.algebra.latejoin`), of items or
+- late windows of α or γ (:mod:`roses_app.algebra.time.lateness`);
+- a windowed grouping of items (:mod:`roses_app.algebra.time.lategrouping`);
+- a join, semijoin or difference (:mod:`roses_app.algebra.time.latejoin`), of items or
   of released sides: one implementation, :func:`late_join_batch`;
 - a released run (:class:`~roses_app.spark.latesequential.ReleasedRun`).
 
 A reader of units' results takes them as a released run reads them
-(:mod:`roses_app.algebra.release_fed`): through its branch's filters and maps, a
+(:mod:`roses_app.algebra.time.release_results`): through its branch's filters and maps, a
 window's results named by branch and guid (a version a filter drops kept as
-:data:`~roses_app.algebra.release_fed.DROPPED`, still replacing the earlier ones),
+:data:`~roses_app.algebra.time.release_results.DROPPED`, still replacing the earlier ones),
 each branch's horizon under its own seq, not the items published as late.
 """
 
@@ -27,24 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roses_app.algebra.eventtime import (
-    JoinSides,
-    late_grouped,
-    late_joined,
-    late_sequential,
-    late_windowed,
-    released_joined,
-)
-from roses_app.algebra.lategrouping import LateGrouping
-from roses_app.algebra.latejoin import CLOCK_SEQ, LEFT, RIGHT, LateJoin, join_keyed, join_kind
-from roses_app.algebra.lateness import (
-    LATE_PART,
-    RELEASED_LATENESS,
-    Arrival,
-    LateWindows,
-    arrival_groups,
-)
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Diff,
     Filter,
@@ -56,7 +39,24 @@ from roses_app.algebra.plan import (
     WindowedGrouping,
     optimistic,
 )
-from roses_app.algebra.release_fed import (
+from roses_app.algebra.time.eventtime import (
+    JoinSides,
+    late_grouped,
+    late_joined,
+    late_sequential,
+    late_windowed,
+    released_joined,
+)
+from roses_app.algebra.time.lategrouping import LateGrouping
+from roses_app.algebra.time.latejoin import CLOCK_SEQ, LEFT, RIGHT, LateJoin, join_keyed, join_kind
+from roses_app.algebra.time.lateness import (
+    LATE_PART,
+    RELEASED_LATENESS,
+    Arrival,
+    LateWindows,
+    arrival_groups,
+)
+from roses_app.algebra.time.release_results import (
     DROPPED,
     ITEMS,
     RESULT_NAME,
@@ -67,7 +67,7 @@ from roses_app.algebra.release_fed import (
     side_inputs,
     side_shape,
 )
-from roses_app.algebra.slices import SliceMap
+from roses_app.algebra.time.slices import SliceMap
 from roses_app.spark.late import with_clock
 from roses_app.spark.latesequential import ReleasedRun, released_run
 from roses_app.spark.registry import Hooks
@@ -149,7 +149,7 @@ def told(
 
 @dataclass(frozen=True)
 class WindowsUnit:
-    """α or γ over the windows :mod:`roses_app.algebra.lateness` runs."""
+    """α or γ over the windows :mod:`roses_app.algebra.time.lateness` runs."""
 
     node: Aggregate | GroupBy
     hooks: Hooks
@@ -181,7 +181,7 @@ class WindowsUnit:
 
 @dataclass(frozen=True)
 class GroupingUnit:
-    """A windowed grouping of items (:mod:`roses_app.algebra.lategrouping`)."""
+    """A windowed grouping of items (:mod:`roses_app.algebra.time.lategrouping`)."""
 
     node: WindowedGrouping
     hooks: Hooks
@@ -253,7 +253,7 @@ class JoinUnit:
 
 
 # what a reader of units' results reads below it: the branches of operators'
-# results (release_fed.fed_branches), and the branches of items
+# results (release_results.fed_branches), and the branches of items
 Side = tuple[tuple[FedBranch, ...], tuple[Node, ...]]
 
 
@@ -265,9 +265,9 @@ def side_of(below: Node) -> Side:
 @dataclass(frozen=True)
 class ReleasedJoinUnit:
     """A join over operators' results
-    (:func:`~roses_app.algebra.eventtime.released_joined`): each side reads what a
+    (:func:`~roses_app.algebra.time.eventtime.released_joined`): each side reads what a
     released run would (:func:`fed_arrivals`); both sides are released together
-    (:class:`~roses_app.algebra.release_fed.SidesRelease`), then joined as items in
+    (:class:`~roses_app.algebra.time.release_results.SidesRelease`), then joined as items in
     time order, nothing late (:func:`late_join_batch`)."""
 
     node: Join | Semijoin | Diff
@@ -320,7 +320,7 @@ class RunUnit:
 
 
 def make_unit(node: Node, hooks: Hooks) -> Unit:
-    """The unit computing ``node`` (a :func:`~roses_app.algebra.lategraph.late_unit`)."""
+    """The unit computing ``node`` (a :func:`~roses_app.algebra.planner.late_groups.late_unit`)."""
     if late_windowed(node) is not None:
         return WindowsUnit(node, hooks)  # type: ignore[arg-type]
     if late_grouped(node) is not None:

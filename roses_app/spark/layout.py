@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from roses_app.algebra.globalplan import GlobalPlan, fingerprint, stream_fingerprint
-from roses_app.algebra.plan import Stream
-from roses_app.algebra.rewrite import rewrite_streams
+from roses_app.algebra.plan.operators import Stream
+from roses_app.algebra.planner.globalplan import GlobalPlan, fingerprint, stream_fingerprint
+from roses_app.algebra.planner.rewrite import rewrite_streams
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def plan_layout(
     stateless checkpoint the query reads only the files still in the spool's log, so
     everything up to ``archived`` is a backfill, for every stream.  ``late_operators``:
     for a new generation, at most this many operators over publication time (the
-    cores: see ``roses_app.algebra.lategraph.packed``)."""
+    cores: see ``roses_app.algebra.planner.late_groups.packed``)."""
     plan = GlobalPlan.of(streams) if plan is None else plan
     prints = {s.name: stream_fingerprint(s, namespaces) for s in streams}
     fresh_start = not (checkpoints / STATELESS_QUERY).exists()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.plan import NODE_TYPES, Split, Stream
+from roses_app.algebra.plan.operators import NODE_TYPES, Split, Stream
 from roses_app.spark import aggregate, joins, lategraph, sequential, stateless
 from roses_app.spark.registry import (
     EVENT_COLUMNS,

@@ -22,7 +22,7 @@ from pyspark import Accumulator
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from roses_app.algebra.plan import Node
+from roses_app.algebra.plan.operators import Node
 from roses_app.spark import counts
 
 Namespaces = tuple[tuple[str, str], ...]

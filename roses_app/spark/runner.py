@@ -31,10 +31,10 @@ from pyspark import Accumulator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from roses_app.algebra.globalplan import GlobalPlan
-from roses_app.algebra.plan import Node, Stream
-from roses_app.algebra.program import Program, build_program
-from roses_app.algebra.rewrite import rewrite_streams
+from roses_app.algebra.plan.operators import Node, Stream
+from roses_app.algebra.planner.globalplan import GlobalPlan
+from roses_app.algebra.planner.program import Program, build_program
+from roses_app.algebra.planner.rewrite import rewrite_streams
 from roses_app.config.model import LimitSettings, SparkSettings
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.counts import CountsParam

@@ -10,7 +10,7 @@ null key).
 Every micro-batch, a key's rows are deduplicated (a union may deliver one event by
 several branches; the reference's union is a set), sorted by (ts, seq, item) and
 taken one input time after the other, heartbeats included, exactly as
-:mod:`roses_app.algebra.reference_time` does over the whole list.  The state keeps
+:mod:`roses_app.algebra.reference.time_operators` does over the whole list.  The state keeps
 only what later times need: the events a window may still show, the previous time's
 items (Delta), the last N items of a bucket (WindowedGrouping), and the last input
 time processed (the *clock*).  Input heartbeats are passed on, like the reference.
@@ -42,9 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
-from roses_app.algebra.delta import delta, present
-from roses_app.algebra.eventtime import window_delta_run
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     CountWindow,
     Delta,
     SessionWindow,
@@ -53,7 +51,9 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
-from roses_app.algebra.windows import oldest_needed, window_content
+from roses_app.algebra.time.delta import delta, present
+from roses_app.algebra.time.eventtime import window_delta_run
+from roses_app.algebra.time.windows import oldest_needed, window_content
 from roses_app.spark import counts, udfs
 from roses_app.spark.registry import LowerContext, Namespaces, heartbeat, lower
 

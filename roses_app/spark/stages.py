@@ -6,8 +6,8 @@ and computes them as over ingest time, all keys under the run's one key.
 * a nest, an aggregate or a group per time of its input, or per closed periodic window;
 * a windowed grouping, each key's bucket in the stage's memory; an unnest;
 * an aggregate or a group over windows with a report policy or sessions
-  (:func:`~roses_app.algebra.eventtime.released_windows`): the windows of
-  :mod:`roses_app.algebra.lateness`, each released time one arrival.
+  (:func:`~roses_app.algebra.time.eventtime.released_windows`): the windows of
+  :mod:`roses_app.algebra.time.lateness`, each released time one arrival.
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from roses_app.algebra.eventtime import LateSpec
-from roses_app.algebra.lateness import RELEASED_LATENESS, LateWindows, arrival_groups
-from roses_app.algebra.plan import Aggregate, CountWindow, GroupBy, TimeWindow, WindowedGrouping
-from roses_app.algebra.slices import SliceMap
-from roses_app.algebra.windows import closed_windows, open_after
+from roses_app.algebra.plan.operators import (
+    Aggregate,
+    CountWindow,
+    GroupBy,
+    TimeWindow,
+    WindowedGrouping,
+)
+from roses_app.algebra.time.eventtime import LateSpec
+from roses_app.algebra.time.lateness import RELEASED_LATENESS, LateWindows, arrival_groups
+from roses_app.algebra.time.slices import SliceMap
+from roses_app.algebra.time.windows import closed_windows, open_after
 from roses_app.spark import counts
 from roses_app.spark.aggregate import nest_groups
 from roses_app.spark.registry import Namespaces
@@ -194,7 +200,7 @@ class KeyedGroupingOperator:
 @dataclass(frozen=True)
 class WindowsStage:
     """An aggregate or a group over windows with a report policy or sessions, last
-    stage of a released run (:func:`~roses_app.algebra.eventtime.released_windows`):
+    stage of a released run (:func:`~roses_app.algebra.time.eventtime.released_windows`):
     :class:`LateWindows` over what the stages before it give, each time one arrival
     (in time order: nothing is late).  Its state is the windows' (its items in
     ``slices``)."""

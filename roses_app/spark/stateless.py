@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.plan import Filter, Map, Source, Split, Union, Unnest
+from roses_app.algebra.plan.operators import Filter, Map, Source, Split, Union, Unnest
 from roses_app.spark import udfs
 from roses_app.spark.counts import ErrorHook
 from roses_app.spark.registry import (

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql.functions import pandas_udf
 
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan.operators import XQuery
 from roses_app.spark.counts import ErrorHook
 from roses_app.spark.registry import Namespaces
 

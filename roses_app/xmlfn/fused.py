@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
-from roses_app.algebra.program import INPUT_ITEM, TICK_OUTPUT, Program, Step
+from roses_app.algebra.planner.program import INPUT_ITEM, TICK_OUTPUT, Program, Step
 from roses_app.heap import collector_paused
 from roses_app.items import content_hash, item_identity
 from roses_app.xmlfn import budget

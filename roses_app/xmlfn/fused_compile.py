@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 
-from roses_app.algebra.program import Program
+from roses_app.algebra.planner.program import Program
 from roses_app.heap import building_long_lived
 from roses_app.xmlfn.batch import accessor_fn, observer_fn, splitter_fn
 from roses_app.xmlfn.xpath import Namespaces

@@ -1,6 +1,6 @@
 """Join keys: the string values of the nodes a simple path selects in each item.
 
-The paths come from :func:`roses_app.algebra.equikeys.equi_key`: child, attribute and
+The paths come from :func:`roses_app.algebra.plan.equikeys.equi_key`: child, attribute and
 descendant steps with name tests, ``*`` and ``text()``, relative to the item.  On
 those, libxml2's XPath 1.0 selects the same nodes as XPath 3.1, and a node's string
 value (its descendant text, without comments or processing instructions) is what

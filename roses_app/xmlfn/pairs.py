@@ -8,10 +8,10 @@ from collections.abc import Iterable, Sequence
 
 from lxml import etree
 
-from roses_app.algebra.equikeys import equi_key
-from roses_app.algebra.latejoin import LEFT, RIGHT, LateJoin, Planned
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Diff, Join, Semijoin, XQuery
+from roses_app.algebra.plan.equikeys import equi_key
+from roses_app.algebra.plan.operators import Diff, Join, Semijoin, XQuery
+from roses_app.algebra.time.latejoin import LEFT, RIGHT, LateJoin, Planned
+from roses_app.algebra.time.panes import Arrival
 from roses_app.items import item_identity
 from roses_app.xmlfn.batch import OnError, observe2_batch
 from roses_app.xmlfn.stamp import compose_items, withdrawn_item

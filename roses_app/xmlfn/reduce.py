@@ -8,11 +8,11 @@ from typing import TypeVar
 
 from lxml import etree
 
-from roses_app.algebra import lategrouping
-from roses_app.algebra.delta import Stamped
-from roses_app.algebra.latejoin import CLOCK_SEQ
-from roses_app.algebra.lateness import Arrival, Emission, LateWindows, Planned, Settled
-from roses_app.algebra.plan import Aggregate, GroupBy, WindowedGrouping, XQuery
+from roses_app.algebra.plan.operators import Aggregate, GroupBy, WindowedGrouping, XQuery
+from roses_app.algebra.time import lategrouping
+from roses_app.algebra.time.delta import Stamped
+from roses_app.algebra.time.latejoin import CLOCK_SEQ
+from roses_app.algebra.time.lateness import Arrival, Emission, LateWindows, Planned, Settled
 from roses_app.xmlfn.batch import OnError, report, split_batch
 from roses_app.xmlfn.stamp import merged_session, stamp_grouping, stamp_window
 from roses_app.xmlfn.xpath import Namespaces
@@ -145,7 +145,7 @@ def advance_windows(
     stream: str,
     on_error: OnError | None = None,
 ) -> tuple[Planned, Settled, list[tuple[Emission, str]]]:
-    """Arrival groups through ``windows`` (:mod:`roses_app.algebra.lateness`): the
+    """Arrival groups through ``windows`` (:mod:`roses_app.algebra.time.lateness`): the
     reducer over the windows its policy computes (one call per key), what to publish,
     each with its stamped item.  Both engines call this."""
     planned = windows.plan(groups)
@@ -173,7 +173,7 @@ def advance_grouping(
     on_error: OnError | None = None,
 ) -> tuple[lategrouping.Planned, lategrouping.Settled, list[tuple[lategrouping.Emission, str]]]:
     """Arrival groups through a windowed grouping over publication time
-    (:mod:`roses_app.algebra.lategrouping`): the reducer over the results it
+    (:mod:`roses_app.algebra.time.lategrouping`): the reducer over the results it
     computes (one call per key), and what to publish, each with its stamped item."""
     planned = grouping.advance(groups)
     raw = reduce_raw(

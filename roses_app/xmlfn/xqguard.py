@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO
 
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan.operators import XQuery
 from roses_app.errors import EvaluationError, StepStruck
 from roses_app.xmlfn import budget, xqpool
 from roses_app.xmlfn.batch import OnError, report

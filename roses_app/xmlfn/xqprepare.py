@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan.operators import XQuery
 from roses_app.errors import ExpressionError
 from roses_app.xmlfn.xpath import Namespaces, namespace_map
 from roses_app.xmlfn.xqsource import (

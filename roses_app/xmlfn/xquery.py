@@ -1,7 +1,7 @@
 """XQuery 3.1 mutators and reducers run by Saxon-HE (``saxonche``), a whole batch per call.
 
 A user's module (an ``xquery/*.xq`` file or inline text, see
-:class:`~roses_app.algebra.plan.XQuery`) is rewritten once per process into a wrapper
+:class:`~roses_app.algebra.plan.operators.XQuery`) is rewritten once per process into a wrapper
 module (:mod:`roses_app.xmlfn.xqsource`, compiled and checked by
 :mod:`roses_app.xmlfn.xqprepare`) that loops over a batch document
 ``<batch><u>ITEM...</u>...</batch>``: one unit per input item (map), per pair
@@ -48,7 +48,7 @@ from typing import Any
 
 from lxml import etree
 
-from roses_app.algebra.plan import XQuery
+from roses_app.algebra.plan.operators import XQuery
 from roses_app.errors import EvaluationError
 from roses_app.xmlfn import budget, xqguard, xqpool
 from roses_app.xmlfn.batch import OnError, report

@@ -1,4 +1,4 @@
-"""The base of the logical plan's nodes (:mod:`roses_app.algebra.plan`): a node's
+"""The base of the logical plan's nodes (:mod:`roses_app.algebra.plan.operators`): a node's
 digest, equality and hash, its inputs and walks, and where it was written.
 
 Plans are DAGs: a stream used by several others is one node object in all of them,
@@ -16,7 +16,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from roses_app.algebra.cached import computed_once
+from roses_app.algebra.plan.cached import computed_once
 
 # Attributes a node computes once and keeps (never pickled: recomputed on use).
 _CACHED = ("digest", "_hash", "tree_size", "analysis", "_inputs", "_text")
@@ -122,7 +122,7 @@ class Node:
     @computed_once
     def analysis(self) -> dict[str, Any]:
         """What analyses of the plan found of this node object (the operators of time
-        :mod:`roses_app.algebra.eventtime` finds), kept once computed: each depends on
+        :mod:`roses_app.algebra.time.eventtime` finds), kept once computed: each depends on
         the node's sub-plan only, and a run over a run over a run would otherwise ask
         again at every level."""
         return {}

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from roses_app.algebra.cached import kept_repr
+from roses_app.algebra.plan.cached import kept_repr
 
 # the base of the nodes below, and where a node was written
-from roses_app.algebra.node import LATER as LATER
-from roses_app.algebra.node import Node as Node
-from roses_app.algebra.node import Origin as Origin
-from roses_app.algebra.node import node_repr
+from roses_app.algebra.plan.node import LATER as LATER
+from roses_app.algebra.plan.node import Node as Node
+from roses_app.algebra.plan.node import Origin as Origin
+from roses_app.algebra.plan.node import node_repr
 
 # re-exported: the plan's value parameters are imported from here too
-from roses_app.algebra.specs import TICKS as TICKS
-from roses_app.algebra.specs import CountWindow as CountWindow
-from roses_app.algebra.specs import Report as Report
-from roses_app.algebra.specs import SessionWindow as SessionWindow
-from roses_app.algebra.specs import TimeWindow as TimeWindow
-from roses_app.algebra.specs import WindowSpec as WindowSpec
-from roses_app.algebra.specs import XQuery as XQuery
+from roses_app.algebra.plan.specs import TICKS as TICKS
+from roses_app.algebra.plan.specs import CountWindow as CountWindow
+from roses_app.algebra.plan.specs import Report as Report
+from roses_app.algebra.plan.specs import SessionWindow as SessionWindow
+from roses_app.algebra.plan.specs import TimeWindow as TimeWindow
+from roses_app.algebra.plan.specs import WindowSpec as WindowSpec
+from roses_app.algebra.plan.specs import XQuery as XQuery
 
 # What a source's event time is: see :class:`Source`.
 TIME_MODES = ("ingest", "published")
@@ -125,7 +125,7 @@ class Join(Node):
     kind: str = "inner"
     on: str = "true()"
     combine: XQuery | None = None
-    # Over items read in publication time (roses_app.algebra.latejoin): how long (µs)
+    # Over items read in publication time (roses_app.algebra.time.latejoin): how long (µs)
     # an item may come after the clock and still be joined, and whether an item
     # without a partner is published at once, taken back if one comes (optimistic).
     lateness: int = field(default=0, metadata=LATER)
@@ -196,7 +196,7 @@ class Aggregate(Node):
     reduce: XQuery
     # The stream the results are published in: part of their guid.
     stream: str = ""
-    # Over items read in publication time (roses_app.algebra.lateness): how long (µs)
+    # Over items read in publication time (roses_app.algebra.time.lateness): how long (µs)
     # a closed window still takes late items, and what becomes of items later still
     # (``drop``, or ``publish`` in the stream's ``late`` part).
     lateness: int = field(default=0, metadata=LATER)
@@ -232,7 +232,7 @@ class WindowedGrouping(Node):
     by: str
     size: int
     reduce: XQuery
-    # Over items read in publication time (roses_app.algebra.lategrouping): the stream
+    # Over items read in publication time (roses_app.algebra.time.lategrouping): the stream
     # the results are published in (part of their guid), how long (µs) an item may
     # come after the clock and still be grouped, and whether results are published at
     # once and revised in place (optimistic) or once final.

@@ -1,6 +1,6 @@
 """The parameters of plan nodes that are values, not nodes: XQuery modules, window
 specifications and report policies (they take part in a node's equality and digest
-as values; :mod:`roses_app.algebra.plan` re-exports them)."""
+as values; :mod:`roses_app.algebra.plan.operators` re-exports them)."""
 
 from __future__ import annotations
 

@@ -6,18 +6,7 @@ from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from roses_app.algebra.eventtime import (
-    fed_items,
-    fed_operators,
-    final_results,
-    late_joined,
-    late_sequential,
-    late_windowed,
-    released_joined,
-    released_windows,
-)
-from roses_app.algebra.globalplan import STATELESS_TYPES, GlobalPlan
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     Delta,
     Diff,
@@ -39,8 +28,19 @@ from roses_app.algebra.plan import (
     XQuery,
     optimistic,
 )
-from roses_app.algebra.specs import describe_window, duration
-from roses_app.algebra.tails import spark_copies
+from roses_app.algebra.plan.specs import describe_window, duration
+from roses_app.algebra.planner.globalplan import STATELESS_TYPES, GlobalPlan
+from roses_app.algebra.planner.stateless_tails import spark_copies
+from roses_app.algebra.time.eventtime import (
+    fed_items,
+    fed_operators,
+    final_results,
+    late_joined,
+    late_sequential,
+    late_windowed,
+    released_joined,
+    released_windows,
+)
 
 
 def describe_xquery(query: XQuery, width: int = 40) -> str:

@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from heapq import nlargest
 
-from roses_app.algebra.explain import describe
-from roses_app.algebra.globalplan import DagNode, GlobalPlan
-from roses_app.algebra.plan import Node, Source, Stream
+from roses_app.algebra.plan.operators import Node, Source, Stream
+from roses_app.algebra.planner.explain import describe
+from roses_app.algebra.planner.globalplan import DagNode, GlobalPlan
 
 TOP = 10  # the most shared nodes and the largest plans named
 

@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Stream, Union
+from roses_app.algebra.plan.operators import Filter, Map, Node, Source, Split, Stream, Union
 
 STATELESS_TYPES = (Source, Filter, Map, Union, Split)
 Namespaces = tuple[tuple[str, str], ...]

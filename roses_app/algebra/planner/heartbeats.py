@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from roses_app.algebra.globalplan import is_stateless
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Node,
     SessionWindow,
     Stream,
@@ -35,6 +34,7 @@ from roses_app.algebra.plan import (
     Window,
     WindowSpec,
 )
+from roses_app.algebra.planner.globalplan import is_stateless
 
 MICROS = 1_000_000
 MIN_INTERVAL = 30 * MICROS

@@ -13,14 +13,15 @@ still runs them side by side.
 
 What each unit reads is either another unit's results or *sources*: the stateless
 plans below it, whose rows the frontier log holds (see
-:mod:`roses_app.algebra.globalplan`).
+:mod:`roses_app.algebra.planner.globalplan`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from roses_app.algebra.eventtime import (
+from roses_app.algebra.plan.operators import Node, Window
+from roses_app.algebra.time.eventtime import (
     fed_items,
     fed_operators,
     late_grouped,
@@ -30,8 +31,7 @@ from roses_app.algebra.eventtime import (
     released_chain,
     released_joined,
 )
-from roses_app.algebra.plan import Node, Window
-from roses_app.algebra.release_fed import fed_branches, side_inputs
+from roses_app.algebra.time.release_results import fed_branches, side_inputs
 
 
 def late_unit(node: Node) -> bool:

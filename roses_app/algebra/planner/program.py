@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from roses_app.algebra.globalplan import fingerprint
-from roses_app.algebra.plan import Filter, Map, Node, Source, Split, Union, XQuery
+from roses_app.algebra.plan.operators import Filter, Map, Node, Source, Split, Union, XQuery
+from roses_app.algebra.planner.globalplan import fingerprint
 
 Namespaces = tuple[tuple[str, str], ...]
 TICK = "~tick"  # the key of a batch's time mark (latest ts and seq seen) in the frontier log

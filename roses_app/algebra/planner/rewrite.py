@@ -2,7 +2,7 @@
 logiques") that still hold in our physical, event-driven semantics.
 
 The seed proves its equivalences in the *logical* model, where a stream has a row at
-every tick.  Our streams (:mod:`roses_app.algebra.reference`, the oracle) only have
+every tick.  Our streams (:mod:`roses_app.algebra.reference.evaluator`, the oracle) only have
 events, and the operators of time react to the timestamps present in their input:
 a Window emits at the timestamps of its own input, δ compares with the previous
 timestamp present.  So an equivalence is only used here when it survives that
@@ -66,8 +66,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from roses_app.algebra.plan import Node, Source, Stream, Window, WindowSpec
-from roses_app.algebra.rewrite_rules import (
+from roses_app.algebra.plan.operators import Node, Source, Stream, Window, WindowSpec
+from roses_app.algebra.planner.rewrite_rules import (
     OMEGA0,
     RULES,
     WINDOW_READERS,

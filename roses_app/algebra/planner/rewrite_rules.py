@@ -1,4 +1,4 @@
-"""The rewrite rules of :mod:`roses_app.algebra.rewrite`, one small function each:
+"""The rewrite rules of :mod:`roses_app.algebra.planner.rewrite`, one small function each:
 ``rule(node, env)`` gives the node rewritten, or None where the rule does not apply
 (the equivalences, those refused and why: that module's docstring)."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from roses_app.algebra.eventtime import event_timed
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     CountWindow,
     Diff,
@@ -25,6 +24,7 @@ from roses_app.algebra.plan import (
     Window,
     WindowSpec,
 )
+from roses_app.algebra.time.eventtime import event_timed
 
 Namespaces = tuple[tuple[str, str], ...]
 
@@ -124,7 +124,7 @@ def drop_identity_window(node: Node, env: Env) -> Node | None:
     ω_time,w(F) = ω_time,w(ω_time,1(F)) is the one case of "fenêtrage en cascade"
     that holds physically, and the seed's remark Window_ω0(f) = f.  Not over items
     read in publication time: there the window holds its items until the lateness has
-    passed and gives them out in time order (roses_app.algebra.release), its input
+    passed and gives them out in time order (roses_app.algebra.time.release), its input
     does not."""
     if isinstance(node, Window) and node.spec == OMEGA0 and not event_timed(node):
         return node.input

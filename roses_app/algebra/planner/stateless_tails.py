@@ -18,7 +18,7 @@ Only stateless operators fan out this way: over ingest time a stateful node read
 another stateful node is still computed in that node's branch too
 (``operator_count``), since Spark gives a stateful operator one input.  Over
 publication time the operators that read one another run in one operator, each once
-(:mod:`roses_app.algebra.lategraph`).
+(:mod:`roses_app.algebra.planner.late_groups`).
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from roses_app.algebra.eventtime import (
+from roses_app.algebra.plan.operators import Node, Stream, Window
+from roses_app.algebra.planner.globalplan import STATELESS_TYPES, is_stateless_in
+from roses_app.algebra.planner.late_groups import late_graph, late_unit, unit_parts
+from roses_app.algebra.planner.program import Namespaces, Program, build_program
+from roses_app.algebra.time.eventtime import (
     late_sequential,
     publishes_late,
     released_chain,
     window_delta_run,
 )
-from roses_app.algebra.globalplan import STATELESS_TYPES, is_stateless_in
-from roses_app.algebra.lategraph import late_graph, late_unit, unit_parts
-from roses_app.algebra.plan import Node, Stream, Window
-from roses_app.algebra.program import Namespaces, Program, build_program
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def _copies_of_heads(streams: Iterable[Stream]) -> Iterator[tuple[Stream, Node, 
 def _copies(streams: Iterable[Stream], *, windows: bool) -> Iterator[tuple[Stream, Node, int]]:
     """Each stateful node Spark computes, with the stream that brings it and how many
     times it adds (see :func:`spark_copies`).  The operators over publication time
-    the query shares are computed once each (:mod:`roses_app.algebra.lategraph`),
+    the query shares are computed once each (:mod:`roses_app.algebra.planner.late_groups`),
     with the windows they read; over ingest time, once per path from a head."""
     stateless: dict[Node, bool] = {}
     units: set[Node] = set()

@@ -2,18 +2,16 @@
 algebra): one item per timestamp (and key) of the window they read; over a periodic
 time window, one per closed window (and key), stamped with its bounds and guid.
 
-Over publication time, the windows :mod:`roses_app.algebra.lateness` runs take their
+Over publication time, the windows :mod:`roses_app.algebra.time.lateness` runs take their
 items in arrival order (:func:`_late_windows`); the others read a released run of
-operators (:func:`~roses_app.algebra.reference_release.timed_input`), where every
+operators (:func:`~roses_app.algebra.reference.timed_input.timed_input`), where every
 time is decided and a periodic window closes once a later time has been released.
 """
 
 from __future__ import annotations
 
-from roses_app.algebra.eventtime import late_sequential, late_windowed, released_windows
-from roses_app.algebra.lateness import RELEASED_LATENESS, LateWindows, arrival_groups
-from roses_app.algebra.plan import Aggregate, GroupBy, Window
-from roses_app.algebra.reference_registry import (
+from roses_app.algebra.plan.operators import Aggregate, GroupBy, Window
+from roses_app.algebra.reference.registry import (
     Context,
     RefEvent,
     items_only,
@@ -21,13 +19,15 @@ from roses_app.algebra.reference_registry import (
     register,
     run,
 )
-from roses_app.algebra.reference_release import (
+from roses_app.algebra.reference.time_operators import Group, time_groups
+from roses_app.algebra.reference.timed_input import (
     released_events,
     run_chain,
     timed_input,
 )
-from roses_app.algebra.reference_time import Group, time_groups
-from roses_app.algebra.windows import closed_windows, periodic_input
+from roses_app.algebra.time.eventtime import late_sequential, late_windowed, released_windows
+from roses_app.algebra.time.lateness import RELEASED_LATENESS, LateWindows, arrival_groups
+from roses_app.algebra.time.windows import closed_windows, periodic_input
 
 
 def _groups(node: Aggregate | GroupBy, ctx: Context) -> list[Group]:
@@ -77,9 +77,9 @@ def _group_by(node: GroupBy, ctx: Context) -> list[RefEvent]:
 
 
 def _late_windows(node: Aggregate | GroupBy, ctx: Context) -> list[RefEvent]:
-    """α/γ over the windows :mod:`roses_app.algebra.lateness` runs: of items, taken in
+    """α/γ over the windows :mod:`roses_app.algebra.time.lateness` runs: of items, taken in
     arrival order (the late items go to ``ctx.late``); of a released run
-    (:func:`~roses_app.algebra.eventtime.released_windows`), what it releases, each
+    (:func:`~roses_app.algebra.time.eventtime.released_windows`), what it releases, each
     time one arrival."""
     from roses_app.xmlfn.reduce import advance_windows, window_arrivals
 

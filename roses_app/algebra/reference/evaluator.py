@@ -10,10 +10,10 @@ Time-dependent results (closed windows, outer-join and diff rows) only count onc
 they are decided: before the *horizon*, the latest input time (heartbeats included)
 minus the allowed lateness, like Spark's watermark.
 
-The handlers live in :mod:`roses_app.algebra.reference_stateless` (Source, Filter, Map,
-Union), :mod:`roses_app.algebra.reference_time` (the operators of time) and
-:mod:`roses_app.algebra.reference_aggregate` (aggregation and group-by), and register on
-:mod:`roses_app.algebra.reference_registry`'s dispatcher; importing them here, at the
+The handlers live in :mod:`roses_app.algebra.reference.stateless` (Source, Filter, Map,
+Union), :mod:`roses_app.algebra.reference.time_operators` (the operators of time) and
+:mod:`roses_app.algebra.reference.aggregate` (aggregation and group-by), and register on
+:mod:`roses_app.algebra.reference.registry`'s dispatcher; importing them here, at the
 top, makes the registry complete for whoever imports this module.
 """
 
@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from roses_app.algebra import reference_aggregate, reference_stateless, reference_time
-from roses_app.algebra.eventtime import publishes_late
-from roses_app.algebra.lateness import LATE_PART
-from roses_app.algebra.plan import NODE_TYPES, Node, Split, Stream
-from roses_app.algebra.reference_registry import (
+from roses_app.algebra.plan.operators import NODE_TYPES, Node, Split, Stream
+from roses_app.algebra.reference import aggregate, stateless, time_operators
+from roses_app.algebra.reference.registry import (
     Context,
     Namespaces,
     RefEvent,
@@ -36,8 +34,10 @@ from roses_app.algebra.reference_registry import (
     ordered,
     run,
 )
+from roses_app.algebra.time.eventtime import publishes_late
+from roses_app.algebra.time.lateness import LATE_PART
 
-HANDLER_MODULES = (reference_stateless, reference_time, reference_aggregate)
+HANDLER_MODULES = (stateless, time_operators, aggregate)
 
 
 def evaluated_types() -> set[type]:

@@ -1,8 +1,8 @@
 """The reference evaluator's windowed grouping over publication time (seed 000 with
-seed 001's lateness): what :class:`roses_app.algebra.lategrouping.LateGrouping`
+seed 001's lateness): what :class:`roses_app.algebra.time.lategrouping.LateGrouping`
 publishes arrival after arrival, computed from the whole event list.
 
-The items on time are found as for joins (:func:`~roses_app.algebra.latejoin.on_time`).
+The items on time are found as for joins (:func:`~roses_app.algebra.time.latejoin.on_time`).
 On close, an item's result is the reducer over the last ``size`` items up to it in
 its key's final bucket, published if the last clock decided it.  Optimistically, an
 item's result is computed at its arrival and again after each later arrival that
@@ -14,18 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from roses_app.algebra.lategrouping import (
-    Computation,
-    Emission,
-    digest,
-    emission,
-    reduced,
-    tuple_of,
-)
-from roses_app.algebra.latejoin import decided, on_time
-from roses_app.algebra.lateness import Arrival, arrival_groups
-from roses_app.algebra.plan import WindowedGrouping
-from roses_app.algebra.reference_registry import (
+from roses_app.algebra.plan.operators import WindowedGrouping
+from roses_app.algebra.reference.registry import (
     Context,
     RefEvent,
     heartbeats,
@@ -33,6 +23,16 @@ from roses_app.algebra.reference_registry import (
     ordered,
     run,
 )
+from roses_app.algebra.time.lategrouping import (
+    Computation,
+    Emission,
+    digest,
+    emission,
+    reduced,
+    tuple_of,
+)
+from roses_app.algebra.time.latejoin import decided, on_time
+from roses_app.algebra.time.lateness import Arrival, arrival_groups
 
 
 def late_grouping_events(node: WindowedGrouping, ctx: Context) -> list[RefEvent]:

@@ -1,15 +1,15 @@
 """The reference evaluator's ``report: optimistic`` for joins and differences over
-publication time (seed 000): what :meth:`roses_app.algebra.latejoin.LateJoin.provisional`
+publication time (seed 000): what :meth:`roses_app.algebra.time.latejoin.LateJoin.provisional`
 publishes arrival after arrival, computed from the whole event list."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from roses_app.algebra.latejoin import LEFT, RIGHT, alone_sides, join_kind
-from roses_app.algebra.lateness import Arrival, arrival_order
-from roses_app.algebra.plan import Diff, Join
-from roses_app.algebra.reference_registry import Context, RefEvent
+from roses_app.algebra.plan.operators import Diff, Join
+from roses_app.algebra.reference.registry import Context, RefEvent
+from roses_app.algebra.time.latejoin import LEFT, RIGHT, alone_sides, join_kind
+from roses_app.algebra.time.lateness import Arrival, arrival_order
 
 
 def optimistic_events(
@@ -21,7 +21,7 @@ def optimistic_events(
     arrival: Callable[[RefEvent], int],
 ) -> set[RefEvent]:
     """``report: optimistic`` over publication time, as
-    :meth:`roses_app.algebra.latejoin.LateJoin.provisional` runs it in arrival order:
+    :meth:`roses_app.algebra.time.latejoin.LateJoin.provisional` runs it in arrival order:
     an item of a side published without a partner that no partner came before is
     published at its arrival; if a partner comes after it, it is taken back at the
     first one (a withdrawal, unless that pair takes its place).  ``arrival``: when an

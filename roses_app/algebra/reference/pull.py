@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from roses_app.algebra.eventtime import event_timed, stateless
-from roses_app.algebra.plan import Stream, TimeWindow, Window
-from roses_app.algebra.reference import evaluate, evaluate_stream
-from roses_app.algebra.reference_registry import Namespaces, RefEvent, RefInput
-from roses_app.algebra.reference_time import WindowCall
-from roses_app.algebra.windows import call_bounds
+from roses_app.algebra.plan.operators import Stream, TimeWindow, Window
+from roses_app.algebra.reference.evaluator import evaluate, evaluate_stream
+from roses_app.algebra.reference.registry import Namespaces, RefEvent, RefInput
+from roses_app.algebra.reference.time_operators import WindowCall
+from roses_app.algebra.time.eventtime import event_timed, stateless
+from roses_app.algebra.time.windows import call_bounds
 from roses_app.errors import RosesError
 
 

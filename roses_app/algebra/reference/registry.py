@@ -1,8 +1,8 @@
 """The reference evaluator's dispatcher and what every handler shares.
 
-Handler modules (:mod:`~roses_app.algebra.reference_stateless`,
-:mod:`~roses_app.algebra.reference_time`) register on :func:`register`;
-:mod:`roses_app.algebra.reference` imports them all, so importing it gives the
+Handler modules (:mod:`~roses_app.algebra.reference.stateless`,
+:mod:`~roses_app.algebra.reference.time_operators`) register on :func:`register`;
+:mod:`roses_app.algebra.reference.evaluator` imports them all, so importing it gives the
 complete registry.  Nothing here imports a handler module: no import cycle.
 
 Time-dependent results (closed windows, outer-join and diff rows) only count once
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import singledispatch
 from typing import NamedTuple
 
-from roses_app.algebra.plan import Node
+from roses_app.algebra.plan.operators import Node
 
 Namespaces = tuple[tuple[str, str], ...]
 
@@ -75,7 +75,7 @@ class Context:
     horizon: int = 0
     memo: dict[Node, list[RefEvent]] = field(default_factory=dict)
     # how late an item read in publication time may come (settings.lateness), for the
-    # operators that take no lateness of their own (roses_app.algebra.release)
+    # operators that take no lateness of their own (roses_app.algebra.time.release)
     lateness: int = 0
     # windows over publication time: the items too late for them, per node, and how
     # many results computed again had not changed (not published again)

@@ -1,14 +1,14 @@
 """Reference semantics of the stateless operators: Source, Filter, Map and Union.
 
-Registered on :mod:`roses_app.algebra.reference_registry`'s dispatcher.  Heartbeats
+Registered on :mod:`roses_app.algebra.reference.registry`'s dispatcher.  Heartbeats
 pass through every one of them, so that the operators of time see time go by.
 """
 
 from __future__ import annotations
 
-from roses_app.algebra.eventtime import event_time
-from roses_app.algebra.plan import Filter, Map, Source, Union
-from roses_app.algebra.reference_registry import Context, RefEvent, ordered, register, run
+from roses_app.algebra.plan.operators import Filter, Map, Source, Union
+from roses_app.algebra.reference.registry import Context, RefEvent, ordered, register, run
+from roses_app.algebra.time.eventtime import event_time
 
 
 @register

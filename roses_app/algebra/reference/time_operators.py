@@ -10,7 +10,7 @@
 
 One implementation of each, for both times: a sequential operator's step
 (:func:`sequential`) and a binary operator's pairs run over the input its time gives
-it, as :mod:`roses_app.algebra.reference_release` says (in ingest time, the events as
+it, as :mod:`roses_app.algebra.reference.timed_input` says (in ingest time, the events as
 they come; over publication time, released in time order or without the items too
 late).
 """
@@ -22,10 +22,8 @@ from collections.abc import Sequence
 from functools import partial
 from itertools import groupby
 
-from roses_app.algebra.delta import delta
-from roses_app.algebra.equikeys import equi_key, keyed_pairs
-from roses_app.algebra.eventtime import late_grouped
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.equikeys import equi_key, keyed_pairs
+from roses_app.algebra.plan.operators import (
     CountWindow,
     Delta,
     Diff,
@@ -41,9 +39,9 @@ from roses_app.algebra.plan import (
     WindowSpec,
     XQuery,
 )
-from roses_app.algebra.reference_grouping import late_grouping_events
-from roses_app.algebra.reference_optimistic import optimistic_events
-from roses_app.algebra.reference_registry import (
+from roses_app.algebra.reference.grouping import late_grouping_events
+from roses_app.algebra.reference.optimistic import optimistic_events
+from roses_app.algebra.reference.registry import (
     Context,
     RefEvent,
     heartbeats,
@@ -51,7 +49,7 @@ from roses_app.algebra.reference_registry import (
     ordered,
     register,
 )
-from roses_app.algebra.reference_release import (
+from roses_app.algebra.reference.timed_input import (
     STEPS,
     Decided,
     join_arrival,
@@ -60,7 +58,9 @@ from roses_app.algebra.reference_release import (
     timed_input,
     timed_sides,
 )
-from roses_app.algebra.windows import call_bounds, window_content
+from roses_app.algebra.time.delta import delta
+from roses_app.algebra.time.eventtime import late_grouped
+from roses_app.algebra.time.windows import call_bounds, window_content
 
 # -- windows ---------------------------------------------------------------------------
 
@@ -68,7 +68,7 @@ from roses_app.algebra.windows import call_bounds, window_content
 class WindowCall:
     """ω(f, t) on demand over a time-ordered event list; no window is ω0 (same ts).
 
-    The same contents as :func:`roses_app.algebra.windows.time_window` (the oracle of
+    The same contents as :func:`roses_app.algebra.time.windows.time_window` (the oracle of
     the seed's window tables), found by bisection: a test compares the two."""
 
     def __init__(self, events: Sequence[RefEvent], spec: WindowSpec | None) -> None:
@@ -99,7 +99,7 @@ class WindowCall:
 
 def sequential(node: Node, ctx: Context) -> list[RefEvent]:
     """A window, a delta, a nest, an unnest or a windowed grouping: its one step over
-    the input its time gives it (:func:`~roses_app.algebra.reference_release.timed_input`)."""
+    the input its time gives it (:func:`~roses_app.algebra.reference.timed_input.timed_input`)."""
     events, horizon = timed_input(node, ctx)
     return STEPS[type(node)](events, node, ctx, horizon)
 
@@ -243,7 +243,7 @@ def grouping_stream(
 ) -> list[RefEvent]:
     """FlameStream's windowed grouping of ``events`` in time order: for each item, the
     reducer over the last ``size`` items of its key's bucket, at its time."""
-    from roses_app.algebra.nested import windowed_grouping
+    from roses_app.algebra.reference.nested import windowed_grouping
     from roses_app.xmlfn import reduce_batch, split_batch
 
     present = items_only(events)

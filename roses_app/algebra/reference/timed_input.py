@@ -4,11 +4,11 @@ both times, parameterized by each item's time and the allowed lateness.
 In ingest time items come in time order and none is late: an operator reads its input
 as it comes, a time decided before the watermark (``ctx.horizon``).  Over publication
 time a window, delta, nest, unnest or windowed grouping (and an aggregate or group
-over such a run) reads what :class:`~roses_app.algebra.release.Release` gives out, in
+over such a run) reads what :class:`~roses_app.algebra.time.release.Release` gives out, in
 time order once final, or the results below it as their clocks decided them
-(:mod:`roses_app.algebra.release_fed`): :func:`timed_input`; a join, semijoin or
+(:mod:`roses_app.algebra.time.release_results`): :func:`timed_input`; a join, semijoin or
 difference reads its sides without the items too late: :func:`timed_sides`.  Each
-operator's one step (:data:`STEPS`, :mod:`roses_app.algebra.reference_time`) runs
+operator's one step (:data:`STEPS`, :mod:`roses_app.algebra.reference.time_operators`) runs
 over that input."""
 
 from __future__ import annotations
@@ -17,16 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from roses_app.algebra.eventtime import (
-    late_joined,
-    late_sequential,
-    released_chain,
-    released_joined,
-)
-from roses_app.algebra.latejoin import LEFT, RIGHT, decided, on_time
-from roses_app.algebra.lateness import RELEASED_LATENESS, Arrival, arrival_groups
-from roses_app.algebra.plan import Diff, Join, Node, Semijoin, Window, WindowSpec
-from roses_app.algebra.reference_registry import (
+from roses_app.algebra.plan.operators import Diff, Join, Node, Semijoin, Window, WindowSpec
+from roses_app.algebra.reference.registry import (
     Context,
     RefEvent,
     heartbeats,
@@ -34,8 +26,16 @@ from roses_app.algebra.reference_registry import (
     ordered,
     run,
 )
-from roses_app.algebra.release import Release, release_lateness
-from roses_app.algebra.release_fed import (
+from roses_app.algebra.time.eventtime import (
+    late_joined,
+    late_sequential,
+    released_chain,
+    released_joined,
+)
+from roses_app.algebra.time.latejoin import LEFT, RIGHT, decided, on_time
+from roses_app.algebra.time.lateness import RELEASED_LATENESS, Arrival, arrival_groups
+from roses_app.algebra.time.release import Release, release_lateness
+from roses_app.algebra.time.release_results import (
     RESULT_NAME,
     FedBranch,
     fed_branches,
@@ -69,7 +69,7 @@ def timed_input(node: Node, ctx: Context, below: Node | None = None) -> tuple[li
     """The events ``node`` reads from ``below`` (default: its input), in time order,
     and the horizon before which their times are decided.  Over ingest time: as they
     come, and the watermark.  Over publication time, ``below``'s events in the run
-    of operators ``node`` ends (:func:`~roses_app.algebra.eventtime.released_chain`):
+    of operators ``node`` ends (:func:`~roses_app.algebra.time.eventtime.released_chain`):
     the stateless plan's events as :class:`Release` gives them out (with ``node``'s
     lateness; the items too late go to ``ctx.late[node]``), or the results of
     operators below as their clocks decided them (:func:`fed_released`), through
@@ -131,7 +131,7 @@ def timed_sides(
     ctx: Context, node: Join | Semijoin | Diff
 ) -> tuple[list[RefEvent], list[RefEvent], Decided]:
     """Both sides' events, and which items surely have no new partner (one rule:
-    :func:`~roses_app.algebra.latejoin.decided`).  In ingest time nothing is late, the
+    :func:`~roses_app.algebra.time.latejoin.decided`).  In ingest time nothing is late, the
     clock is the watermark and the lateness 0; over publication time
     (:func:`late_joined`) the items too late are left out, taken in arrival order, at
     the last clock and the join's lateness; over operators' results
@@ -193,10 +193,10 @@ def _release(
 
 def fed_released(below: Node, ctx: Context, node: Node, lateness: int) -> list[RefEvent]:
     """The results (and heartbeats on time) of the operators ``below`` reads
-    (:func:`~roses_app.algebra.release_fed.fed_branches`) that all their last clocks
+    (:func:`~roses_app.algebra.time.release_results.fed_branches`) that all their last clocks
     decided, in time order; of a window's results, the last version through its
     branch's filters and maps.  The items of a union's other branches
-    (:func:`~roses_app.algebra.eventtime.fed_items`) as a :class:`Release` with
+    (:func:`~roses_app.algebra.time.eventtime.fed_items`) as a :class:`Release` with
     ``lateness`` gives them out, its horizon one more (the items too late go to
     ``ctx.late[node]``)."""
     events, horizon, late = _fed_side(fed_branches(below), fed_items(below), ctx, lateness)
@@ -207,8 +207,8 @@ def fed_released(below: Node, ctx: Context, node: Node, lateness: int) -> list[R
 
 def released_sides(node: Node, ctx: Context) -> tuple[list[RefEvent], list[RefEvent]]:
     """A join's sides over operators' results
-    (:func:`~roses_app.algebra.eventtime.released_joined`) as
-    :class:`~roses_app.algebra.release_fed.SidesRelease` gives them out: each side's
+    (:func:`~roses_app.algebra.time.eventtime.released_joined`) as
+    :class:`~roses_app.algebra.time.release_results.SidesRelease` gives them out: each side's
     results and items (through their own clock, the join's lateness: the items too
     late go to ``ctx.late[node]``) that both sides have decided, in time order."""
     sides = released_joined(node)

@@ -1,5 +1,5 @@
 """δ⁺ and δ⁻ over successive input times: the one loop that the reference evaluator
-(:mod:`roses_app.algebra.reference_time`) and Spark's Delta operator
+(:mod:`roses_app.algebra.reference.time_operators`) and Spark's Delta operator
 (:mod:`roses_app.spark.sequential`) both run.
 
 δ⁺ (``insert``): at each input time, the items not there at the previous input time;

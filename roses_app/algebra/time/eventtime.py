@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TypeVar
 
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     Aggregate,
     CountWindow,
     Delta,
@@ -73,7 +73,8 @@ def memoized(node: Node, key: str, compute: Callable[[Node], T]) -> T:
 
 
 def event_time(ingest: int, published: int | None, mode: str) -> int:
-    """An item's time for a source in ``mode`` (see :class:`~roses_app.algebra.plan.Source`)."""
+    """An item's time for a source in ``mode`` (see
+    :class:`~roses_app.algebra.plan.operators.Source`)."""
     if mode == "published" and published is not None:
         return published
     return ingest
@@ -95,7 +96,7 @@ def late_windowed(node: Node) -> tuple[Node, LateSpec] | None:
     """(the stream below, the window) when ``node`` is an aggregate or a group-by over a
     periodic time window or a session window (an aggregate: or a count window) of a
     stateless plan, with a source read in publication time, a report policy of its
-    own, or sessions (no other engine has them): what :mod:`roses_app.algebra.lateness`
+    own, or sessions (no other engine has them): what :mod:`roses_app.algebra.time.lateness`
     runs."""
     if not isinstance(node, Aggregate | GroupBy) or not reportable(node):
         return None
@@ -129,7 +130,7 @@ def join_sides(node: Node) -> JoinSides | None:
 
 def late_joined(node: Node) -> JoinSides | None:
     """:func:`join_sides` of ``node`` when it reads items in publication time and its
-    sides' inputs are stateless plans: what :mod:`roses_app.algebra.latejoin` runs."""
+    sides' inputs are stateless plans: what :mod:`roses_app.algebra.time.latejoin` runs."""
     if not event_timed(node):
         return None
     sides = join_sides(node)
@@ -141,8 +142,8 @@ def late_joined(node: Node) -> JoinSides | None:
 def released_joined(node: Node) -> JoinSides | None:
     """:func:`join_sides` of ``node`` over publication time when a side reads
     operators' results (:func:`fed_input`), the other those or items: both sides
-    released together in time order (:class:`~roses_app.algebra.release_fed.SidesRelease`),
-    then :mod:`roses_app.algebra.latejoin`'s rule over them, nothing late."""
+    released together in time order (:class:`~roses_app.algebra.time.release_results.SidesRelease`),
+    then :mod:`roses_app.algebra.time.latejoin`'s rule over them, nothing late."""
     return memoized(node, "released_joined", _released_joined)
 
 
@@ -157,7 +158,7 @@ def _released_joined(node: Node) -> JoinSides | None:
 
 def late_grouped(node: Node) -> Node | None:
     """The stream below ``node`` when it is a windowed grouping of a stateless plan
-    over items read in publication time: what :mod:`roses_app.algebra.lategrouping`
+    over items read in publication time: what :mod:`roses_app.algebra.time.lategrouping`
     runs."""
     if not isinstance(node, WindowedGrouping) or not event_timed(node):
         return None
@@ -173,11 +174,11 @@ def decided(node: Node) -> bool:
     windowed grouping, or a released run (:func:`late_sequential`).
     Reporting on close, its results are final when published; optimistically, they
     are taken back or replaced, and its final ones are those its on-close twin
-    publishes (:func:`~roses_app.algebra.release_fed.fed_branches`).  A run's results
+    publishes (:func:`~roses_app.algebra.time.release_results.fed_branches`).  A run's results
     come in time order, all of them before the last time it released once that time
     has been released (a periodic window closes once a later time has come).  Its
     final results are then an out-of-order input like the items themselves, complete
-    before its horizon after each arrival (:mod:`roses_app.algebra.release_fed`)."""
+    before its horizon after each arrival (:mod:`roses_app.algebra.time.release_results`)."""
     found = late_joined(node) is not None or late_grouped(node) is not None
     return found or released_joined(node) is not None or late_sequential(node) is not None
 
@@ -205,7 +206,7 @@ def fed_below(node: Node) -> Node | None:
 
 def fed_operators(node: Node) -> list[Node] | None:
     """The operators whose results a released run reads, as their clocks decide them
-    (:mod:`roses_app.algebra.release_fed`), when it reads ``node``, one per branch
+    (:mod:`roses_app.algebra.time.release_results`), when it reads ``node``, one per branch
     (:func:`branches`) that is a :func:`decided` operator or :func:`revised_windows`,
     or one of them under filters and maps; over a union, the other branches are
     stateless plans of items (:func:`fed_items`), which the run's own clock decides.
@@ -278,7 +279,7 @@ def chain_below(node: Node) -> Node | None:
 def released_windows(node: Node) -> LateSpec | None:
     """The window of ``node`` when it is a released run's aggregate or group over
     periodic time, count (an aggregate's) or session windows that
-    :mod:`roses_app.algebra.lateness` computes over what is released (a report policy
+    :mod:`roses_app.algebra.time.lateness` computes over what is released (a report policy
     of its own, or sessions): in time order, each time one arrival, nothing late."""
     if not isinstance(node, Aggregate | GroupBy) or late_sequential(node) is None:
         return None
@@ -303,13 +304,13 @@ def window_delta_run(node: Node) -> tuple[Node, list[Window | Delta]]:
 
 
 def late_sequential(node: Node) -> Node | None:
-    """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it (see
+    """The stream below ``node`` when :mod:`roses_app.algebra.time.release` feeds it (see
     :func:`_late_sequential`)."""
     return memoized(node, "late_sequential", _late_sequential)
 
 
 def _late_sequential(node: Node) -> Node | None:
-    """The stream below ``node`` when :mod:`roses_app.algebra.release` feeds it: over a
+    """The stream below ``node`` when :mod:`roses_app.algebra.time.release` feeds it: over a
     stateless plan of items read in publication time, or over the results of a
     :func:`fed_input` operator, a run of windows, deltas, nests, unnests and windowed
     groupings (in any order; a grouping of items is :func:`late_grouped`'s), or an
@@ -365,7 +366,7 @@ def reportable_input(window: Node, aggregate: bool) -> bool:
     """Whether ``window`` is a periodic time window, a session window, or (an
     aggregate's) a count window.  (A group over a count window is not: a late item
     could take a key out of a window already published; over publication time it
-    reports on close, :mod:`roses_app.algebra.release`.)"""
+    reports on close, :mod:`roses_app.algebra.time.release`.)"""
     if not isinstance(window, Window):
         return False
     spec = window.spec

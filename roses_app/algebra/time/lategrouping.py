@@ -3,7 +3,7 @@ lateness (seed 001).
 
 A windowed grouping (``grouping:``) of filters, maps and unions over items read in
 publication time takes its input in arrival order, one spool append after the other,
-as the joins of :mod:`roses_app.algebra.latejoin` do.  The rules:
+as the joins of :mod:`roses_app.algebra.time.latejoin` do.  The rules:
 
 * **Buckets.**  Each item goes into its key's bucket at the position its time gives
   (then its seq): the seed's "position defined by its meta-information".  Its
@@ -11,9 +11,9 @@ as the joins of :mod:`roses_app.algebra.latejoin` do.  The rules:
   last), published at its time.  In order, this is the grouping over ingest time.
 * **Clock, too late.**  As for joins: the latest time seen; an item more than the
   lateness L before the clock as it stood before its arrival is dropped and counted
-  (:func:`~roses_app.algebra.latejoin.split_late`).
+  (:func:`~roses_app.algebra.time.latejoin.split_late`).
 * **On close** (the default).  An item's result is published once no item still on
-  time could come before it in its bucket (:func:`~roses_app.algebra.latejoin.decided`):
+  time could come before it in its bucket (:func:`~roses_app.algebra.time.latejoin.decided`):
   it is final then, and published once.
 * **Optimistic** (``report: optimistic``, seed 000).  An item's result is published
   at its arrival.  An out-of-order item changes the results of the ``size`` − 1 items
@@ -29,7 +29,7 @@ as the joins of :mod:`roses_app.algebra.latejoin` do.  The rules:
   ``size`` − 1 items before those (the predecessors such an item reduces with).
 
 The reference evaluator computes the same from the whole event list
-(:mod:`roses_app.algebra.reference_grouping`); on Spark the late graph's operator
+(:mod:`roses_app.algebra.reference.grouping`); on Spark the late graph's operator
 (:class:`roses_app.spark.lateunits.GroupingUnit`) runs :class:`LateGrouping`
 micro-batch after micro-batch: the differential tests compare them.
 """
@@ -41,8 +41,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from roses_app.algebra.latejoin import decided, split_late, timely_heartbeats
-from roses_app.algebra.panes import Arrival, digest
+from roses_app.algebra.time.latejoin import decided, split_late, timely_heartbeats
+from roses_app.algebra.time.panes import Arrival, digest
 
 
 @dataclass(eq=False)

@@ -29,7 +29,7 @@ together, appends one after the other, both sides merged.  The rules:
 * **Kept.**  An item stays while an item of the other side that is not too late could
   still pair with it: until the clock passes its time plus its window's reach plus L.
 * **Keys.**  When ``on`` is ``$i1/PATH = $i2/PATH2 [and ...]``
-  (:mod:`roses_app.algebra.equikeys`) it holds only for items sharing a key value, so
+  (:mod:`roses_app.algebra.plan.equikeys`) it holds only for items sharing a key value, so
   an arriving item meets only the kept items of the other side with one of its keys
   (a hash join, as over ingest time): the other pairs ``on`` would refuse are never
   tested.  The keys of each item are kept with it.
@@ -45,10 +45,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roses_app.algebra.equikeys import equi_key
-from roses_app.algebra.panes import Arrival, digest
-from roses_app.algebra.plan import Diff, Join, Node, Semijoin, TimeWindow
-from roses_app.algebra.windows import call_bounds
+from roses_app.algebra.plan.equikeys import equi_key
+from roses_app.algebra.plan.operators import Diff, Join, Node, Semijoin, TimeWindow
+from roses_app.algebra.time.panes import Arrival, digest
+from roses_app.algebra.time.windows import call_bounds
 
 LEFT, RIGHT = "l", "r"  # an arrival's side, in Arrival.key
 

@@ -1,7 +1,7 @@
 """Windows with an allowed lateness and report policies (seeds 001, 000 and 003).
 
 An aggregate (α) or group-by (γ) over a periodic time window ω_time,w,d,f,t0 or a
-session window (α: or a count window; :mod:`roses_app.algebra.panes`) of items read
+session window (α: or a count window; :mod:`roses_app.algebra.time.panes`) of items read
 in publication time (``time: published``), or with a ``report:`` policy, takes its
 input in *arrival* order: the events of one spool append (one ingest time)
 together, appends one after the other.  Both engines call this module, the reference
@@ -13,7 +13,8 @@ publish the same results.
   window (its publication time, or its ingest time), or the time of a heartbeat.
 * **Closing.**  The window [low, high] closes when the clock passes ``high`` (a
   session: when it is ``gap`` past its last item).
-* **Report** (SECRET's report dimension, seed 003; :class:`~roses_app.algebra.plan.Report`).
+* **Report** (SECRET's report dimension, seed 003;
+  :class:`~roses_app.algebra.plan.operators.Report`).
   By default a window's result (the reducer over its items) is published when it
   closes (``on-close``); ``on-change`` publishes it whenever its items change, before
   it closes too (FlameStream's optimistic results, seed 000); ``every: P`` when the
@@ -40,8 +41,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roses_app.algebra.latejoin import timely_heartbeats
-from roses_app.algebra.panes import (
+from roses_app.algebra.plan.operators import CountWindow, Report, SessionWindow
+from roses_app.algebra.time.latejoin import timely_heartbeats
+from roses_app.algebra.time.panes import (
     Arrival,
     Entry,
     Merge,
@@ -54,9 +56,13 @@ from roses_app.algebra.panes import (
     past_lateness,
     plain_entries,
 )
-from roses_app.algebra.plan import CountWindow, Report, SessionWindow
-from roses_app.algebra.slices import MemorySlices, SliceMap, Slices, slice_width
-from roses_app.algebra.windows import Refreshed, count_window, refresh_bounds, refreshes_holding
+from roses_app.algebra.time.slices import MemorySlices, SliceMap, Slices, slice_width
+from roses_app.algebra.time.windows import (
+    Refreshed,
+    count_window,
+    refresh_bounds,
+    refreshes_holding,
+)
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ class LateWindows:
     """The state of one operator: the clock, the windows kept, and for each the digest
     of its last published result and how many it published (to tell a changed result
     from an unchanged one, and to number revisions).  A periodic or session window's
-    items are in ``items`` (:mod:`roses_app.algebra.slices`), each once; a count
+    items are in ``items`` (:mod:`roses_app.algebra.time.slices`), each once; a count
     window's in its panes."""
 
     spec: Refreshed | CountWindow | SessionWindow

@@ -1,4 +1,4 @@
-"""The windows of :mod:`roses_app.algebra.lateness`: their items, and how an arriving
+"""The windows of :mod:`roses_app.algebra.time.lateness`: their items, and how an arriving
 item enters them for count windows and session windows (periodic time windows are
 there: an item's windows follow from its time alone)."""
 
@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from roses_app.algebra.plan import CountWindow, SessionWindow
-from roses_app.algebra.slices import Entry, Slices
-from roses_app.algebra.windows import count_window
+from roses_app.algebra.plan.operators import CountWindow, SessionWindow
+from roses_app.algebra.time.slices import Entry, Slices
+from roses_app.algebra.time.windows import count_window
 
 # a window: its inclusive end (a session: the seq of its first item), its key (None: α)
 PaneId = tuple[int, str | None]

@@ -7,7 +7,7 @@ at t, what changed since the time before, the items at t).  A late item changes 
 for its own time and the times after it, so their results are computed only once no
 item still on time can come at or before t:
 
-* **Clock, too late.**  As for joins (:mod:`roses_app.algebra.latejoin`): the latest
+* **Clock, too late.**  As for joins (:mod:`roses_app.algebra.time.latejoin`): the latest
   time seen; an item more than the lateness L before the clock as it stood before its
   arrival is dropped and counted.  A heartbeat that far behind is dropped too (it
   would say that a time already released has come).
@@ -17,7 +17,7 @@ item still on time can come at or before t:
   released is in order, so results are final when published: no result is taken back.
 
 Over the results of operators of time (a join's, a windowed aggregate's...), the
-release is :mod:`roses_app.algebra.release_fed`'s.
+release is :mod:`roses_app.algebra.time.release_results`'s.
 
 Both engines call :class:`Release`: the reference evaluator over the whole event list,
 the Spark operator (:mod:`roses_app.spark.latesequential`) micro-batch after
@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from roses_app.algebra.latejoin import split_late, timely_heartbeats
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import Aggregate, GroupBy, Node
+from roses_app.algebra.plan.operators import Aggregate, GroupBy, Node
+from roses_app.algebra.time.latejoin import split_late, timely_heartbeats
+from roses_app.algebra.time.panes import Arrival
 
 
 def release_order(arrival: Arrival) -> tuple[int, int, str]:

@@ -25,18 +25,18 @@ Those results come out of order, but each operator has a clock that decides them
   version they drop is :data:`DROPPED`, which still replaces the earlier ones).
 * **Horizon.**  What an operator has decided, :func:`fed_horizon`, it tells after
   each micro-batch on Spark (a heartbeat row at that time, seq
-  :data:`~roses_app.algebra.latejoin.CLOCK_SEQ`, made :func:`mark_seq` of its branch
+  :data:`~roses_app.algebra.time.latejoin.CLOCK_SEQ`, made :func:`mark_seq` of its branch
   of a union); over a union of operators the run reads what all of them decided, the
   least of their horizons.  Items in the union (:data:`ITEMS`) go through the run's
-  own :class:`~roses_app.algebra.release.Release`, whose horizon is one more.
+  own :class:`~roses_app.algebra.time.release.Release`, whose horizon is one more.
 * **Released.**  Nothing from an operator is too late for the run (the operators
   dropped their late items): :class:`FedRelease` holds the results and the
   heartbeats the operators took on time
-  (:func:`~roses_app.algebra.latejoin.timely_heartbeats`) until the horizon passes
+  (:func:`~roses_app.algebra.time.latejoin.timely_heartbeats`) until the horizon passes
   them, then gives them out in time order.
 
 The reference evaluator computes the same from the operators' whole outputs and last
-clocks (:func:`~roses_app.algebra.reference_release.timed_input`); the Spark operator
+clocks (:func:`~roses_app.algebra.reference.timed_input.timed_input`); the Spark operator
 (:mod:`roses_app.spark.latesequential`) runs :class:`FedRelease` micro-batch after
 micro-batch.
 """
@@ -47,7 +47,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from roses_app.algebra.eventtime import (
+from roses_app.algebra.plan.operators import (
+    Filter,
+    Map,
+    Node,
+    SessionWindow,
+)
+from roses_app.algebra.time.eventtime import (
     branches,
     fed_below,
     fed_items,
@@ -59,16 +65,10 @@ from roses_app.algebra.eventtime import (
     released_windows,
     revised_windows,
 )
-from roses_app.algebra.latejoin import CLOCK_SEQ, LEFT, RIGHT
-from roses_app.algebra.lateness import RELEASED_LATENESS
-from roses_app.algebra.panes import Arrival
-from roses_app.algebra.plan import (
-    Filter,
-    Map,
-    Node,
-    SessionWindow,
-)
-from roses_app.algebra.release import Release, release_before, release_order
+from roses_app.algebra.time.latejoin import CLOCK_SEQ, LEFT, RIGHT
+from roses_app.algebra.time.lateness import RELEASED_LATENESS
+from roses_app.algebra.time.panes import Arrival
+from roses_app.algebra.time.release import Release, release_before, release_order
 
 # What names a window's result through its revisions (roses_app.xmlfn.stamp): its
 # guid, and " merged" after it on the notice of a session merged into another
@@ -164,7 +164,7 @@ def last_versions(
 class FedRelease:
     """The horizons told and the events held back of a run over ``sources`` branches;
     with ``items``, the last of them is items (keyed :data:`ITEMS`), which that
-    :class:`~roses_app.algebra.release.Release` decides as it would alone: its
+    :class:`~roses_app.algebra.time.release.Release` decides as it would alone: its
     horizon is its clock less its lateness, and what it finds too late is dropped."""
 
     def __init__(
@@ -246,7 +246,7 @@ class FedRelease:
 
 
 def side_inputs(below: Node) -> tuple[list[FedBranch], list[Node]]:
-    """A released join's side (:func:`~roses_app.algebra.eventtime.released_joined`):
+    """A released join's side (:func:`~roses_app.algebra.time.eventtime.released_joined`):
     the branches of operators' results it reads, and its branches of items (all of
     it when it is a stateless plan)."""
     if fed_operators(below) is None:
@@ -263,7 +263,7 @@ def side_shape(below: Node, lateness: int) -> tuple[int, int | None]:
 
 class SidesRelease:
     """The two sides of a join over operators' results
-    (:func:`~roses_app.algebra.eventtime.released_joined`), each a :class:`FedRelease`
+    (:func:`~roses_app.algebra.time.eventtime.released_joined`), each a :class:`FedRelease`
     (its operators' results; its items through their own clock, the join's lateness),
     what either gives held until the other has decided that time too, then out in
     time order, each arrival with its side in its key."""

@@ -3,7 +3,7 @@ slicing, seed 001).
 
 An aggregate or group over a periodic time window or a session window with an allowed
 lateness keeps the items of its windows until they are past the lateness
-(:mod:`roses_app.algebra.lateness`).  A window holds exactly the items of its key
+(:mod:`roses_app.algebra.time.lateness`).  A window holds exactly the items of its key
 within its bounds (an item enters every window of its time still kept when it
 arrives; sessions of a key never overlap), so each item is kept once, in the slice of
 its time: ``time // width``, ``width`` the window's period (a session's gap), at most
@@ -17,7 +17,7 @@ operator's ``MapState`` on Spark (:mod:`roses_app.spark.late`); a micro-batch re
 only the slices of the windows it computes.
 
 An item is added once: the copies of one event are made one in its arrival group
-(:func:`roses_app.algebra.lateness.arrival_groups`), and an event arrives once.
+(:func:`roses_app.algebra.time.lateness.arrival_groups`), and an event arrives once.
 """
 
 from __future__ import annotations

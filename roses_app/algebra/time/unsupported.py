@@ -1,6 +1,6 @@
 """What no engine runs over publication time, and why (``roses check`` reports it with
 the line): every operator runs over items read in publication time and over the
-results of operators over publication time (:mod:`roses_app.algebra.eventtime`);
+results of operators over publication time (:mod:`roses_app.algebra.time.eventtime`);
 an operator that also reads the results of an operator over ingest time has no
 clock to wait for there."""
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from roses_app.algebra.eventtime import (
+from roses_app.algebra.plan.operators import Aggregate, GroupBy, Node, Source, Window
+from roses_app.algebra.time.eventtime import (
     STATELESS,
     event_timed,
     inputs_first,
@@ -18,7 +19,6 @@ from roses_app.algebra.eventtime import (
     late_windowed,
     released_joined,
 )
-from roses_app.algebra.plan import Aggregate, GroupBy, Node, Source, Window
 
 
 def unsupported_on_event_time(plan: Node) -> Iterator[tuple[Node, str]]:

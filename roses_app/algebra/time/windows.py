@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
 
-from roses_app.algebra.plan import (
+from roses_app.algebra.plan.operators import (
     CountWindow,
     Node,
     SessionWindow,
@@ -37,7 +37,7 @@ from roses_app.algebra.plan import (
     Window,
     WindowSpec,
 )
-from roses_app.algebra.specs import describe_window
+from roses_app.algebra.plan.specs import describe_window
 
 
 class Timed(Protocol):
@@ -49,7 +49,8 @@ E = TypeVar("E", bound=Timed)
 
 
 class Refreshed(Protocol):
-    """The parameters of ω_time,w,d,f,t0 (a :class:`~roses_app.algebra.plan.TimeWindow`)."""
+    """The parameters of ω_time,w,d,f,t0 (a
+    :class:`~roses_app.algebra.plan.operators.TimeWindow`)."""
 
     @property
     def width(self) -> int: ...
@@ -224,7 +225,7 @@ def session_window(events: Sequence[E], t: int, gap: int) -> list[E]:
     """The session window at time ``t`` (events in time order): the session of the
     last event up to ``t``, the events before it each less than ``gap`` from the next,
     while it is open (``t`` less than ``gap`` after its last event; then it has closed,
-    as an aggregate's session closes, :func:`roses_app.algebra.panes.closes_at`)."""
+    as an aggregate's session closes, :func:`roses_app.algebra.time.panes.closes_at`)."""
     if gap <= 0:
         raise ValueError("a session window needs a gap > 0")
     end = bisect_right([e.ts for e in events], t)

@@ -2,7 +2,7 @@
 
 A small config (at most ``SMALL_NODES`` boxes) is drawn whole: sources on the left,
 each operator of the global plan once (equal sub-plans of several streams are one
-node: :class:`~roses_app.algebra.globalplan.GlobalPlan`) in columns by depth, the
+node: :class:`~roses_app.algebra.planner.globalplan.GlobalPlan`) in columns by depth, the
 streams on the right, each with the Spark query that runs it; an edge out of a
 source carries the source's items per hour (its rate estimate), an edge into a
 stream the items it stored per hour over the last day.
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
 
-from roses_app.algebra.explain import describe
-from roses_app.algebra.globalplan import STATELESS_TYPES, DagNode, GlobalPlan
-from roses_app.algebra.plan import Node, Source
+from roses_app.algebra.plan.operators import Node, Source
+from roses_app.algebra.planner.explain import describe
+from roses_app.algebra.planner.globalplan import STATELESS_TYPES, DagNode, GlobalPlan
 from roses_app.config.model import Config
 
 SMALL_NODES = 80

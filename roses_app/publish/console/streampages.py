@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote
 
-from roses_app.algebra.explain import format_plan
-from roses_app.algebra.plan import Split
+from roses_app.algebra.plan.operators import Split
+from roses_app.algebra.planner.explain import format_plan
 from roses_app.config.model import Config, StreamConfig
 from roses_app.publish.console.chart import DAYS, hourly_svg
 from roses_app.publish.console.deps import ConsoleDeps
@@ -203,7 +203,7 @@ def definition(config: Config, stream: StreamConfig) -> str:
 def explain_stream(config: Config, name: str) -> str:
     """A stream's plan as written and as rewritten (what ``roses explain NAME`` prints
     first), each node with its feeds.yaml line."""
-    from roses_app.algebra.rewrite import rewrite_streams, summary
+    from roses_app.algebra.planner.rewrite import rewrite_streams, summary
 
     stream = config.streams[name].stream
     applied: dict[str, list[str]] = {}
