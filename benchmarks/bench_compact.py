@@ -14,13 +14,14 @@ side.  No network.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from benchlib import Row, bench_parser, fill_defaults, repeated, report
 
 CHILD = r"""
 import importlib.util, resource, sys, time
@@ -68,25 +69,32 @@ def merge(root: Path, module: str) -> list[str]:
     return done.stdout.split()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--feeds", type=int, default=10_000)
-    parser.add_argument("--before", help="an older spool.py, run side by side")
-    args = parser.parse_args(argv)
+def measure(feeds: int, before: str | None) -> list[Row]:
+    """One archive of `feeds` files merged by this tree's code (and `before`'s)."""
     with tempfile.TemporaryDirectory() as tmp:
         first = Path(tmp) / "tree"
-        size = make_archive(first, args.feeds)
+        make_archive(first, feeds)
         ways = [("this tree", first, "tree")]
-        if args.before:
+        if before:
             second = Path(tmp) / "before"
             shutil.copytree(first, second)
-            ways.append(("before", second, str(Path(args.before).resolve())))
-        print(f"{args.feeds:,} archived files, {args.feeds * 20:,} items, {size / 1e6:.0f} MB")
-        print("| code | files merged | wall s | CPU s | peak RSS MB |")
-        print("|---|---:|---:|---:|---:|")
+            ways.append(("before", second, str(Path(before).resolve())))
+        rows = []
         for label, root, module in ways:
             merged, wall, cpu, peak = merge(root, module)
-            print(f"| {label} | {int(merged):,} | {wall} | {cpu} | {peak} |")
+            rows.append({"code": label, "files merged": int(merged), "wall s": float(wall),
+                         "CPU s": float(cpu), "peak RSS MB": int(peak)})  # fmt: skip
+        return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--feeds", type=int, help="archived files (default 10,000; --quick 200)")
+    parser.add_argument("--before", help="an older spool.py, run side by side")
+    args = parser.parse_args(argv)
+    fill_defaults(args, {"feeds": (200, 10_000)})
+    title = f"Compacting the spool's archive: {args.feeds:,} files, {args.feeds * 20:,} items"
+    report(args, title, repeated(args, lambda: measure(args.feeds, args.before)))
     return 0
 
 

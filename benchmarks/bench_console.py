@@ -15,6 +15,9 @@
     .venv/bin/python benchmarks/bench_console.py          # 100 previews a case, 5 applies
     .venv/bin/python benchmarks/bench_console.py --quick  # 30 and 3: about 5 minutes here
     .venv/bin/python benchmarks/bench_console.py --only apply
+
+Backs: docs/benchmarks.md, section 'The console' (the two preview tables, --quick and
+the full run; the pages and apply-to-first-item figures of the full run).
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -36,7 +37,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # the test helpers reused below
 
 import httpx  # noqa: E402
-from benchlib import argument_parser, fill_defaults, work_folder  # noqa: E402
+from benchlib import Row, Section, bench_parser, fill_defaults, repeated, report, work_folder  # noqa: E402
 
 PASSWORD = "bench console password"
 CONFIG = """\
@@ -54,38 +55,27 @@ streams:
 """
 
 
-def preview_latency(spooled: list[int], streams: list[int], keystrokes: int, limit: int) -> None:
+def preview_latency(spooled: list[int], streams: list[int], keystrokes: int, limit: int
+                    ) -> list[Row]:  # fmt: skip
     import bench_preview
 
-    print(f"== 1. preview latency: a filter over the last {limit:,} spooled items, "
-          f"{keystrokes} previews measured after the first")  # fmt: skip
     with work_folder("bench_console-preview-", False) as work:
-        for count in spooled:
-            root = work / f"spool-{count}"
-            started = time.perf_counter()
-            bench_preview.build_spool(root, count)
-            print(f"{count:,} items spooled in {time.perf_counter() - started:.1f} s")
-            for defined in streams:
-                folder = work / f"config-{count}-{defined}"
-                folder.mkdir()
-                config = bench_preview.write_config(folder, defined)
-                line = bench_preview.measure(config, root, limit, keystrokes)
-                print(f"  spooled {count:>7,}  streams {defined:>6,}: {line}", flush=True)
+        return bench_preview.preview_rows(work, spooled, streams, limit, keystrokes)
 
 
-def page_times() -> None:
+def page_times() -> list[str]:
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     import test_console_scale
 
-    print("== 2. the console's pages, time on the server (Starlette's test client)")
+    lines = ["The console's pages, time on the server (Starlette's test client):"]
     for test in (test_console_scale.test_sources_pages_at_100000_sources,
                  test_console_scale.test_streams_pages_at_100000_streams):  # fmt: skip
         with work_folder("bench_console-pages-", False) as work:
             said = io.StringIO()
             with contextlib.redirect_stdout(said):
                 test(work)
-            for line in said.getvalue().splitlines():
-                print(f"  {line}", flush=True)
+            lines += [f"  {line}" for line in said.getvalue().splitlines()]
+    return lines
 
 
 @contextlib.contextmanager
@@ -120,23 +110,21 @@ def csrf_of(html: str) -> str:
     return found.group(1)
 
 
-def apply_to_item(applies: int) -> None:
+def apply_to_item(applies: int) -> list[Row]:
     from test_e2e import wait_for
 
-    print(f"== 3. apply to first item: {applies} new filter streams applied through "
-          "POST /console/apply on a running daemon")  # fmt: skip
+    rows: list[Row] = []
     with work_folder("bench_console-apply-", False) as work, running_daemon(work) as (
         site, job, base,
     ):  # fmt: skip
         site.publish(*[(f"g{n}", f"Story {n} about topic{n % applies}") for n in range(50)])
         started = time.perf_counter()
         job.start()
-        print(f"  daemon healthy in {time.perf_counter() - started:.1f} s")
+        print(f"  daemon healthy in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         wait_for(lambda: len(job.guids("/feeds/everything.rss")) == 50, 180, "the items")
         with httpx.Client(base_url=base, headers={"Origin": base}, timeout=120) as client:
             login = client.post("/console/login", data={"password": PASSWORD})
             assert login.status_code in (200, 303) and client.cookies, login.status_code
-            totals, posts = [], []
             for n in range(applies):
                 csrf = csrf_of(client.get("/console/editor").text)
                 name = f"topic-{n}"
@@ -151,20 +139,12 @@ def apply_to_item(applies: int) -> None:
                         raise AssertionError(f"no item in /feeds/{name}.rss after 180 s")
                     time.sleep(0.05)
                 total = time.perf_counter() - started
-                posts.append(posted)
-                totals.append(total)
-                print(
-                    f"  {name}: POST /console/apply (written and reloaded) {posted:.2f} s, "
-                    f"first item in /feeds/{name}.rss {total:.2f} s after the POST",
-                    flush=True,
-                )
-            print(f"  median: apply {statistics.median(posts):.2f} s, "
-                  f"first item {statistics.median(totals):.2f} s")  # fmt: skip
+                rows.append({"stream": name, "POST s": posted, "first item s": total})
+    return rows
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer previews and applies")
+    parser = bench_parser(__doc__, quick="fewer previews and applies (30 and 3)")
     parser.add_argument("--only", choices=["preview", "pages", "apply"], action="append")
     parser.add_argument("--spooled", default="10000,100000")
     parser.add_argument("--streams", default="1,100,10000")
@@ -174,17 +154,30 @@ def main() -> None:
     args = parser.parse_args()
     fill_defaults(args, {"keystrokes": (30, 100), "applies": (3, 5)})
     only = set(args.only or ["preview", "pages", "apply"])
-    cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
-    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
-    print(f"{cores} cores, load average {' '.join(load)}")
+    runs: list[list[Row]] = []
+    sections: list[Section] = []
+    notes: list[str] = []
     if "preview" in only:
         spooled = [int(n) for n in args.spooled.split(",")]
         streams = [int(n) for n in args.streams.split(",")]
-        preview_latency(spooled, streams, args.keystrokes, args.limit)
+        runs = repeated(
+            args, lambda: preview_latency(spooled, streams, args.keystrokes, args.limit)
+        )
     if "pages" in only:
-        page_times()
+        notes += page_times()
     if "apply" in only:
-        apply_to_item(args.applies)
+        apply_title = "Apply to first item: POST /console/apply on a running daemon"
+        sections.append((apply_title, repeated(args, lambda: apply_to_item(args.applies))))
+    title = (
+        f"The console: previews over the last {args.limit:,} spooled items, "
+        f"{args.keystrokes} measured after the first"
+    )
+    if not runs:  # no previews: the first table is the applies'
+        if not sections:
+            raise SystemExit("--only pages alone makes no table: add --only preview or apply")
+        title, first = sections.pop(0)
+        runs = [list(run) for run in first]
+    report(args, title, runs, notes, sections)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,14 @@ the same work, side by side.
 
     .venv/bin/python benchmarks/bench_dispatch.py [--sizes 1000,10000,100000]
         [--hosts 500,5000,50000] [--before FILE]
+
+Backs: docs/benchmarks.md, section 'Polling many feeds' (the paragraph on
+bench_dispatch.py: set-up, memory and µs a poll at 100,000 sources; µs a poll with a
+backlog at 500, 5,000 and 50,000 hosts, against an older pollqueue.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import importlib.util
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from benchlib import Row, bench_parser, fill_defaults, repeated, report
 
 from roses_app.connectors.pollqueue import PollQueue
 
@@ -142,30 +146,48 @@ def _older(path: str) -> type[PollQueue]:
     return module.PollQueue  # type: ignore[no-any-return]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--hosts", default="500,5000,50000")
-    parser.add_argument("--before", help="an older pollqueue.py, run side by side")
-    args = parser.parse_args(argv)
-    print("| sources | way | set-up (s) | memory (MB) | scheduler time per poll (µs) |")
-    print("|---:|---|---:|---:|---:|")
-    for n in (int(x) for x in args.sizes.split(",")):
+def dispatch_rows(sizes: Sequence[int]) -> list[Row]:
+    rows: list[Row] = []
+    for n in sizes:
         for label, way in (("a job per source", jobs_per_source), ("one job + PollQueue", one_job)):
             gc.collect()
             setup, megabytes, per_poll = asyncio.run(way(n))
-            print(f"| {n:,} | {label} | {setup:.2f} | {megabytes:.0f} | {per_poll:.0f} |")
-    before = _older(args.before) if args.before else None
-    print("\n| hosts (100,000 sources due) | PollQueue µs per poll |"
-          + (" before µs | ratio |" if before else ""))  # fmt: skip
-    print("|---:|---:|" + ("---:|---:|" if before else ""))
-    for hosts in (int(x) for x in args.hosts.split(",")):
+            rows.append({"sources": n, "way": label, "set-up s": setup,
+                         "memory MB": round(megabytes), "µs a poll": round(per_poll)})  # fmt: skip
+    return rows
+
+
+def backlog_rows(hosts_counts: Sequence[int], before: type[PollQueue] | None) -> list[Row]:
+    rows: list[Row] = []
+    for hosts in hosts_counts:
         now = backlog(PollQueue, hosts)
-        row = f"| {hosts:,} | {now:.0f} |"
+        row: Row = {"hosts": hosts, "PollQueue µs a poll": round(now)}
         if before is not None:
             then = backlog(before, hosts, 2_000 if hosts > 10_000 else 20_000)
-            row += f" {then:.0f} | {then / now:.1f}x |"
-        print(row)
+            row |= {"before µs a poll": round(then), "ratio": then / now}
+        rows.append(row)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--sizes", help="sources (default 1000,10000,100000; --quick 1000)")
+    parser.add_argument(
+        "--hosts", help="hosts of the backlog (default 500,5000,50000; --quick 500)"
+    )
+    parser.add_argument("--before", help="an older pollqueue.py, run side by side")
+    args = parser.parse_args(argv)
+    fill_defaults(
+        args, {"sizes": ("1000", "1000,10000,100000"), "hosts": ("500", "500,5000,50000")}
+    )
+    sizes = [int(x) for x in args.sizes.split(",")]
+    hosts = [int(x) for x in args.hosts.split(",")]
+    before = _older(args.before) if args.before else None
+    dispatch = repeated(args, lambda: dispatch_rows(sizes))
+    queue = repeated(args, lambda: backlog_rows(hosts, before))
+    backlog_title = "A backlog: 100,000 sources due at once, the PollQueue's CPU a poll"
+    report(args, "Handing due polls out: a job per source vs one job and a PollQueue",
+           dispatch, sections=[(backlog_title, queue)])  # fmt: skip
     return 0
 
 

@@ -16,6 +16,9 @@ p50 over the passes, and the ratio.  Network: 127.0.0.1 only.  Figures depend on
 machine: run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_fetch.py [--feeds 20000] [--hosts 200] [--repeat 2]
+
+Backs: docs/operating.md, the fetcher's connection pools (a pool per host cost more CPU
+a fetch for hundreds of hosts); its own --repeat is the passes of each transport.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import feedfarm
+from benchlib import bench_parser, fill_defaults, report
 
 from roses_app.config.model import FetchSettings
 from roses_app.connectors.fetch import AsyncFetcher, single_pool_transport
@@ -107,14 +111,15 @@ async def measure(args: argparse.Namespace, targets: list[str]) -> dict[str, lis
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--feeds", type=int, default=20_000)
-    parser.add_argument("--hosts", type=int, default=200)
+    parser = bench_parser(__doc__, repeat=None)
+    parser.add_argument("--feeds", type=int, help="feeds (default 20,000; --quick 200)")
+    parser.add_argument("--hosts", type=int, help="local ports (default 200; --quick 4)")
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--per-host", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2, help="passes of each transport")
     parser.add_argument("--port-base", type=int, default=19100)
     args = parser.parse_args(argv)
+    fill_defaults(args, {"feeds": (200, 20_000), "hosts": (4, 200)})
     farm = start_farm(args)
     try:
         targets = urls(args)
@@ -122,19 +127,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         farm.terminate()
         farm.wait(30)
-    print("# The fetcher's CPU per fetch: one pool per host vs one pool\n")
-    print(f"{len(targets):,} working feeds on {args.hosts} local ports, concurrency "
-          f"{args.concurrency}, per host {args.per_host}; p50 of {args.repeat} passes "
-          "(mostly 304s).\n")  # fmt: skip
-    print("| transport | fetches/s | CPU µs a fetch |\n|---|---:|---:|")
-    for label in ("host pools", "one pool"):
-        rate, cpu = (
-            statistics.median(found[f"{label} rate"]),
-            statistics.median(found[f"{label} cpu"]),
-        )
-        print(f"| {label} | {rate:,.0f} | {cpu:,.0f} |")
+    # each pass a run: the report gives the median of the passes and their spread
+    runs = [
+        [{"transport": label, "fetches/s": round(found[f"{label} rate"][k]),
+          "CPU µs a fetch": round(found[f"{label} cpu"][k])}
+         for label in ("host pools", "one pool")]
+        for k in range(args.repeat)
+    ]  # fmt: skip
     ratio = statistics.median(found["one pool cpu"]) / statistics.median(found["host pools cpu"])
-    print(f"\nCPU a fetch: one pool / host pools = {ratio:.2f}x")
+    report(
+        args,
+        "The fetcher's CPU per fetch: one pool per host vs one pool",
+        runs,
+        notes=[
+            f"{len(targets):,} working feeds on {args.hosts} local ports, concurrency "
+            f"{args.concurrency}, per host {args.per_host}; p50 of {args.repeat} passes "
+            f"(mostly 304s).  CPU a fetch: one pool / host pools = {ratio:.2f}x"
+        ],
+    )
     return 0
 
 

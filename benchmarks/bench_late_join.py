@@ -17,6 +17,9 @@ and it prints items/s, the pairs tested, the joined items (which must be equal) 
 the largest state.  Figures depend on the machine (2 cores here).
 
     .venv/bin/python benchmarks/bench_late_join.py [--items 4000] [--hours 24]
+
+Backs: docs/event-time.md, the join over publication time (the keyed hash join's
+speed-up over testing `on` on every pair).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import json
 import random
 import time
 
-from benchlib import argument_parser
+from benchlib import Row, bench_parser, fill_defaults, repeated, report
 
 from roses_app.algebra.plan.operators import Join, Source, TimeWindow
 from roses_app.algebra.time.latejoin import LEFT, RIGHT, LateJoin, join_keyed
@@ -86,27 +89,40 @@ def run(groups: list[list[tuple[int, Arrival]]], keyed: bool) -> tuple[float, in
     return time.perf_counter() - started, tested, sorted(joined), largest
 
 
+def measure(groups: list[list[tuple[int, Arrival]]]) -> list[Row]:
+    """Both variants over the same polls: a row each."""
+    total = sum(len(g) for g in groups)
+    rows: list[Row] = []
+    outputs = []
+    for label, keyed in (("keyed", True), ("all", False)):
+        took, pairs, out, size = run(groups, keyed=keyed)
+        outputs.append(out)
+        rows.append({"variant": label, "items/s": round(total / took), "pairs tested": pairs,
+                     "joined": len(out), "state MB": size / 1e6, "s": took})  # fmt: skip
+    same = outputs[0] == outputs[1]  # must be True: both join the same pairs
+    for row in rows:
+        row["same joined items"] = same
+    return rows
+
+
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=4000)
-    parser.add_argument("--hours", type=int, default=24)
+    parser = bench_parser(__doc__)
+    parser.add_argument("--items", type=int, help="items (default 4,000; --quick 400)")
+    parser.add_argument("--hours", type=int, help="hours (default 24; --quick 4)")
     args = parser.parse_args()
+    fill_defaults(args, {"items": (400, 4000), "hours": (4, 24)})
     assert join_keyed(NODE)
     groups = polls(args.items, args.hours)
     total = sum(len(g) for g in groups)
-    keyed, keyed_pairs, keyed_out, keyed_size = run(groups, keyed=True)
-    every, every_pairs, every_out, every_size = run(groups, keyed=False)
-    print(f"{total:,} items in {len(groups)} polls over {args.hours} h, 24 h windows")
-    print(
-        f"  keyed: {total / keyed:9,.0f} items/s, {keyed_pairs:10,} pairs tested,"
-        f" {len(keyed_out):,} joined, state up to {keyed_size / 1e6:.1f} MB"
+    runs = repeated(args, lambda: measure(groups))
+    rows = runs[0]
+    report(
+        args,
+        f"A join over publication time: {total:,} items in {len(groups)} polls over "
+        f"{args.hours} h, 24 h windows",
+        runs,
+        notes=[f"keyed / all: {rows[1]['s'] / rows[0]['s']:.1f}x faster"],
     )
-    print(
-        f"    all: {total / every:9,.0f} items/s, {every_pairs:10,} pairs tested,"
-        f" {len(every_out):,} joined, state up to {every_size / 1e6:.1f} MB"
-    )
-    same = keyed_out == every_out
-    print(f"  keyed / all: {every / keyed:.1f}x faster; same joined items: {same}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ over 200 items: on a busy machine wall-clock time mostly measures the others.  O
 thread; the figures of one run are comparable with each other, not with another run's.
 
     .venv/bin/python benchmarks/bench_presearch.py [--items 10000] [--observers 10,1000,10000]
+
+Backs: docs/benchmarks.md, 'The commands' (the presearcher alone: items/s and
+candidates per item); no page quotes its figures.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchlib import Row, bench_parser, fill_defaults, repeated, report  # noqa: E402
 from lxml import etree  # noqa: E402
 
 from roses_app.xmlfn.batch import observer_fn  # noqa: E402
@@ -170,40 +174,49 @@ def bench(
     }
 
 
+def measure(args: argparse.Namespace) -> list[Row]:
+    """The items and observers generated from --seed, then a row per observer count."""
+    rng = random.Random(args.seed)
+    vocab = vocabulary(2000, rng)
+    xmls = items(args.items, Zipf(vocab, rng), rng, args.two_titles)
+    trees = [parse(xml) for xml in xmls]
+    rows: list[Row] = []
+    for n in (int(x) for x in args.observers.split(",")):
+        words = Zipf(vocab, random.Random(args.seed + n), args.skip)
+        exprs = observers(n, words, rng, args.open)
+        r = bench(n, exprs, trees, args.sample)
+        rows.append({
+            "observers": n,
+            "build s": r["build_s"],
+            "match/s": round(r["items_s"]),
+            "µs/item": r["match_us"],
+            "accepted": r["accepted"],
+            "candidates": r["candidates"],
+            "eval µs": r["eval_us"],
+            "total µs": r["match_us"] + r["eval_us"],
+            "no presearch µs": r["all_us"] if args.sample else None,
+        })  # fmt: skip
+    return rows
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=int, default=10_000)
-    parser.add_argument("--observers", default="10,1000,10000")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--items", type=int, help="items (default 10,000; --quick 300)")
+    parser.add_argument("--observers", help="counts (default 10,1000,10000; --quick 10,100)")
     parser.add_argument("--skip", type=int, default=100, help="ranks observers never use")
     parser.add_argument("--sample", type=int, default=3, help="items to evaluate all on")
     parser.add_argument("--two-titles", type=float, default=0.0, help="share of items")
     parser.add_argument("--open", type=float, default=0.0, help="share of observers")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    vocab = vocabulary(2000, rng)
-    xmls = items(args.items, Zipf(vocab, rng), rng, args.two_titles)
-    trees = [parse(xml) for xml in xmls]
-    print(
-        f"{len(trees):,} items ({args.two_titles:.0%} with two titles); observers past the "
-        f"{args.skip} most frequent words ({args.open:.0%} not exact); CPU time"
+    fill_defaults(args, {"items": (300, 10_000), "observers": ("10,100", "10,1000,10000")})
+    report(
+        args,
+        f"The presearcher: {args.items:,} items ({args.two_titles:.0%} with two titles), "
+        f"observers past the {args.skip} most frequent words ({args.open:.0%} not exact)",
+        repeated(args, lambda: measure(args)),
+        notes=["CPU time of this process; µs per item."],
     )
-    header = (
-        f"{'observers':>9} {'build s':>8} {'match/s':>9} {'µs/item':>8} "
-        f"{'accepted':>9} {'candid.':>8} {'eval µs':>8} {'total µs':>9} {'no presearch µs':>16}"
-    )
-    print(header)
-    for n in (int(x) for x in args.observers.split(",")):
-        words = Zipf(vocab, random.Random(args.seed + n), args.skip)
-        exprs = observers(n, words, rng, args.open)
-        r = bench(n, exprs, trees, args.sample)
-        print(
-            f"{n:>9,} {r['build_s']:>8.2f} {r['items_s']:>9,.0f} {r['match_us']:>8.1f} "
-            f"{r['accepted']:>9.2f} {r['candidates']:>8.2f} {r['eval_us']:>8.1f} "
-            f"{r['match_us'] + r['eval_us']:>9.1f} "
-            + (f"{r['all_us']:>16,.0f}" if args.sample else f"{'-':>16}"),
-            flush=True,
-        )
 
 
 if __name__ == "__main__":

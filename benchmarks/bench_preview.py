@@ -10,10 +10,14 @@ makes), p50 and p99.
 
     .venv/bin/python benchmarks/bench_preview.py
     .venv/bin/python benchmarks/bench_preview.py --spooled 10000 --streams 1 --keystrokes 50
+
+Backs: docs/benchmarks.md, section 'The console' (the live preview alone: p50 and p99 a
+keystroke, the first preview) and the console's preview table (through bench_console.py).
 """
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import sys
 import time
@@ -21,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import argument_parser, work_folder
+from benchlib import Row, bench_parser, fill_defaults, repeated, report, work_folder
 from scale_workload import (
     SOURCES,
     config_text,
@@ -68,7 +72,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(config_path: Path, spool_root: Path, limit: int, keystrokes: int) -> str:
+def measure(config_path: Path, spool_root: Path, limit: int, keystrokes: int) -> Row:
     config = load_config(config_path)
     previewer = Previewer(lambda: config, spool_root)
     typed = generate_subscriptions(keystrokes + 1, seed=99)
@@ -86,35 +90,60 @@ def measure(config_path: Path, spool_root: Path, limit: int, keystrokes: int) ->
         assert result.problems == (), result.problems
         matched.append(result.matched)
         evaluated.append(result.evaluated)
-    return (
-        f"cold {cold_s * 1000:7.0f} ms (scanned {cold.scanned:,})  "
-        f"p50 {percentile(times, 0.5) * 1000:6.1f} ms  p99 {percentile(times, 0.99) * 1000:6.1f} ms"
-        f"  (matched median {statistics.median(matched):.0f}, "
-        f"evaluated median {statistics.median(evaluated):.0f} of {cold.scanned:,})"
-    )
+    return {
+        "first preview ms": round(cold_s * 1000),
+        "scanned": cold.scanned,
+        "p50 ms": percentile(times, 0.5) * 1000,
+        "p99 ms": percentile(times, 0.99) * 1000,
+        "matched (median)": statistics.median(matched),
+        "evaluated (median)": statistics.median(evaluated),
+    }
+
+
+def preview_rows(work: Path, spooled: list[int], streams: list[int], limit: int,
+                 keystrokes: int) -> list[Row]:  # fmt: skip
+    """A row per spool size and config size (spools built in `work`, once per run)."""
+    rows: list[Row] = []
+    for count in spooled:
+        spool_root = work / f"spool-{count}"
+        shutil.rmtree(spool_root, ignore_errors=True)
+        started = time.perf_counter()
+        build_spool(spool_root, count)
+        print(f"{count:,} items spooled in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        for defined in streams:
+            folder = work / f"config-{count}-{defined}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            config_path = write_config(folder, defined)
+            row = measure(config_path, spool_root, limit, keystrokes)
+            rows.append({"items spooled": count, "streams defined": defined, **row})
+    return rows
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--spooled", default="10000,100000", help="spool sizes, comma-separated")
-    parser.add_argument("--streams", default="1,100,10000", help="config sizes, comma-separated")
-    parser.add_argument("--limit", type=int, default=10_000, help="items each preview reads")
-    parser.add_argument("--keystrokes", type=int, default=100, help="previews measured warm")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser = bench_parser(__doc__)
+    add = parser.add_argument
+    add("--spooled", help="spool sizes, comma-separated (default 10000,100000; --quick 1000)")
+    add("--streams", help="config sizes, comma-separated (default 1,100,10000; --quick 1,10)")
+    add("--limit", type=int, help="items each preview reads (default 10,000; --quick 1,000)")
+    add("--keystrokes", type=int, help="previews measured warm (default 100; --quick 10)")
+    add("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
-    print(f"sources: {', '.join(SOURCES)}; previews over the last {args.limit:,} items of all")
+    fill_defaults(args, {"spooled": ("1000", "10000,100000"), "streams": ("1,10", "1,100,10000"),
+                         "limit": (1_000, 10_000), "keystrokes": (10, 100)})  # fmt: skip
+    spooled = [int(n) for n in args.spooled.split(",")]
+    streams = [int(n) for n in args.streams.split(",")]
     with work_folder("bench_preview-", args.keep) as work:
-        for spooled in (int(n) for n in args.spooled.split(",")):
-            spool_root = work / f"spool-{spooled}"
-            started = time.perf_counter()
-            build_spool(spool_root, spooled)
-            print(f"{spooled:,} items spooled in {time.perf_counter() - started:.1f} s")
-            for streams in (int(n) for n in args.streams.split(",")):
-                folder = work / f"config-{spooled}-{streams}"
-                folder.mkdir()
-                config_path = write_config(folder, streams)
-                line = measure(config_path, spool_root, args.limit, args.keystrokes)
-                print(f"  spooled {spooled:>7,}  streams {streams:>6,}: {line}", flush=True)
+        runs = repeated(
+            args, lambda: preview_rows(work, spooled, streams, args.limit, args.keystrokes)
+        )
+    report(
+        args,
+        f"The console's live preview: a keyword filter over the last {args.limit:,} items",
+        runs,
+        notes=[f"Sources: {', '.join(SOURCES)}; {args.keystrokes} previews measured after "
+               "the first (each a new observer); p50 and p99 of those."],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ give the same items.  Figures depend on the machine (2 cores here) and the disk'
 cache (the spool is read right after it was written).
 
     .venv/bin/python benchmarks/bench_pull.py [--days 30] [--every 30] [--items 100]
+
+Backs: docs/commands.md, section 'query' (a pull query for now of a time window: the
+spool read from its range against whole); its own --repeat keeps the best timing.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchlib import argument_parser, work_folder
+from benchlib import Row, bench_parser, fill_defaults, report, work_folder
 
 from roses_app.algebra.reference.pull import content_at
 from roses_app.algebra.reference.registry import RefInput
@@ -83,14 +86,16 @@ def best(repeat: int, run: Callable[[], object]) -> tuple[float, object]:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--days", type=int, default=30)
+    parser = bench_parser(__doc__, repeat=None)
+    parser.add_argument("--days", type=int, help="days of polls (default 30; --quick 2)")
     parser.add_argument("--every", type=int, default=30, help="minutes between polls")
     parser.add_argument("--items", type=int, default=100, help="items per poll")
     parser.add_argument("--compact", type=int, default=48, help="polls between compactions")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="timings of each, best kept")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    fill_defaults(args, {"days": (2, 30)})
+    rows: list[Row] = []
     with work_folder("roses-bench-pull-", args.keep) as work:
         (work / "feeds.yaml").write_text(CONFIG)
         config = load_config(work / "feeds.yaml")
@@ -98,9 +103,10 @@ def main() -> None:
         started = time.perf_counter()
         count, last = build(root, args.days, args.every, args.items, args.compact)
         files = len(list(root.rglob("*.jsonl")))
-        print(
-            f"spool: {count:,} events in {files} files over {args.days} days, built in "
-            f"{time.perf_counter() - started:.1f}s; asking at {iso8601(last)}"
+        built = (
+            f"The spool: {count:,} events in {files} files over {args.days} days, built in "
+            f"{time.perf_counter() - started:.1f}s; asked at {iso8601(last)}; best of "
+            f"{args.repeat}."
         )
         pull = PullQueries(config, root)
         settings = config.settings
@@ -120,10 +126,10 @@ def main() -> None:
 
             old, expected = best(args.repeat, whole)
             new, got = best(args.repeat, ranged)
-            print(
-                f"{name:>5} window: {len(got):,} items; range read {new:.3f}s, whole spool "
-                f"{old:.3f}s: {old / new:.1f}x; same items: {got == expected}"
-            )
+            rows.append({"window": name, "items": len(got), "range read s": new,
+                         "whole spool s": old, "speed-up": old / new,
+                         "same items": got == expected})  # fmt: skip
+    report(args, 'A pull query for "now" of a time window', [rows], notes=[built])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ what else runs on it.
 
     .venv/bin/python benchmarks/bench_serve.py [--clients 1000] [--items 2000]
         [--timeout 60] [--modes cached,per-request] [--keep-folder DIR]
+
+Backs: docs/benchmarks.md, 'The commands' (1,000 readers of a 5 MB feed: req/s,
+p50/p99, /healthz; render cache vs a render per request); no page quotes its figures.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import resource
 import signal
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_scale as scale
-from benchlib import argument_parser, fmt, work_folder
+from benchlib import Row, bench_parser, fill_defaults, repeated, report, work_folder
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -65,7 +67,6 @@ from roses_app.store import OutRow, Store  # noqa: E402
 
 CONTENT_NS = "http://purl.org/rss/1.0/modules/content/"
 FEED_PATH = "/feeds/big.rss"
-HEADER = "mode          answered  timed out  failed   req/s   p50 s   p99 s  /healthz s  renders"
 
 
 class RenderEveryTime(RenderCache):
@@ -245,14 +246,22 @@ def document_size(folder: Path, keep: int) -> int:
         assert info is not None
         start = time.perf_counter()
         body = render_rss(info, store.latest("big", "", keep))
-        print(f"one render: {time.perf_counter() - start:.2f} s")
+        print(f"one render: {time.perf_counter() - start:.2f} s", file=sys.stderr)
         return len(body)
 
 
+def mode_row(r: dict[str, Any]) -> Row:
+    return {
+        "mode": r["mode"], "answered": r["answered"], "timed out": r["timed_out"],
+        "failed": r["failed"], "req/s": r["per_second"], "p50 s": r["p50"], "p99 s": r["p99"],
+        "/healthz s": r["healthz"], "renders": r["renders"], "answer MB": r["answer_bytes"] / 1e6,
+    }  # fmt: skip
+
+
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--clients", type=int, default=1000)
-    parser.add_argument("--items", type=int, default=2000)
+    parser = bench_parser(__doc__)
+    parser.add_argument("--clients", type=int, help="readers at once (default 1,000; --quick 50)")
+    parser.add_argument("--items", type=int, help="items of the feed (default 2,000; --quick 100)")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--modes", default="cached,per-request")
     parser.add_argument("--seed", type=int, default=42)
@@ -260,6 +269,7 @@ def main() -> None:
     parser.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    fill_defaults(args, {"clients": (50, 1000), "items": (100, 2000)})
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.clients + 64)), hard))
     if args.serve:
@@ -268,18 +278,14 @@ def main() -> None:
     with work_folder("roses-bench-serve-", args.keep_folder is not None, args.keep_folder) as work:
         fill_store(work / "store.sqlite", args.items, args.seed)
         size = document_size(work, args.items)
-        print(
-            f"feed: {args.items} items, {size / 1e6:.1f} MB of RSS; {args.clients} clients at once"
-        )
-        print(f"cpus: {os.cpu_count()}, load: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        print(HEADER)
-        for mode in args.modes.split(","):
-            r = run_mode(work, args, mode)
-            print(
-                f"{r['mode']:<13} {r['answered']:>8}  {r['timed_out']:>9}  {r['failed']:>6}  "
-                f"{fmt(r['per_second'], '.1f'):>6}  {fmt(r['p50']):>6}  {fmt(r['p99']):>6}  "
-                f"{fmt(r['healthz']):>10}  {r['renders']:>7}  {r['answer_bytes'] / 1e6:.2f} MB"
-            )
+        modes = args.modes.split(",")
+        runs = repeated(args, lambda: [mode_row(run_mode(work, args, mode)) for mode in modes])
+    report(
+        args,
+        f"{args.clients:,} readers of one feed at once ({args.items:,} items, "
+        f"{size / 1e6:.1f} MB of RSS): render cache vs a render per request",
+        runs,
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ git worktree), ``--repeat`` times (default 3; the table gives the best):
 Figures depend on the machine (2 cores here): run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_startup.py [--subs 10000] [--baseline bd3a1ca]
+
+Backs: docs/benchmarks.md, 'The commands' (10,000 subscriptions before the first item,
+against a baseline commit); no page quotes its figures.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import argument_parser, baseline_worktree
+from benchlib import Row, baseline_worktree, bench_parser, fill_defaults, report
 from scale_workload import (
     config_text,
     generate_items,
@@ -53,8 +56,12 @@ from roses_app.config import load_config
 config = load_config(config_path)
 times["load"] = time.perf_counter() - started
 started = time.perf_counter()
-from roses_app.algebra.planner.program import build_program
-from roses_app.algebra.planner.rewrite import rewrite_streams
+try:
+    from roses_app.algebra.planner.program import build_program
+    from roses_app.algebra.planner.rewrite import rewrite_streams
+except ImportError:  # a tree from before algebra/ had packages (the baseline)
+    from roses_app.algebra.program import build_program
+    from roses_app.algebra.rewrite import rewrite_streams
 ns = config.settings.namespaces
 streams = rewrite_streams([s.stream for s in config.streams.values()], ns)
 program = build_program([(s.plan, s.name) for s in streams], ns)
@@ -111,13 +118,15 @@ def measure(tree: Path, config: Path, events: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--subs", type=int, default=10_000)
-    parser.add_argument("--items", type=int, default=2_000, help="items of the first batch")
-    parser.add_argument("--baseline", default="bd3a1ca", help="the commit to compare with")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=7)
+    parser = bench_parser(__doc__, repeat=None)
+    add = parser.add_argument
+    add("--subs", type=int, help="subscriptions (default 10,000; --quick 100)")
+    add("--items", type=int, help="items of the first batch (default 2,000; --quick 100)")
+    add("--baseline", default="bd3a1ca", help="the commit to compare with")
+    add("--repeat", type=int, help="runs of each tree, the best kept (default 3; --quick 1)")
+    add("--seed", type=int, default=7)
     args = parser.parse_args()
+    fill_defaults(args, {"subs": (100, 10_000), "items": (100, 2_000), "repeat": (1, 3)})
 
     with tempfile.TemporaryDirectory(prefix="roses-startup-") as tmp:
         work = Path(tmp)
@@ -138,20 +147,23 @@ def main() -> None:
                     if got["rows"] != mine["rows"]:
                         raise SystemExit(f"{name}: the first batch's rows changed between runs")
     names = list(best)
-    print(
-        f"{args.subs:,} subscriptions + 1 split, a first batch of {args.items:,} items, "
-        f"best of {args.repeat}"
-    )
-    print(f"| step | {' | '.join(names)} | ratio |")
-    print("|---|" + "---|" * (len(names) + 1))
+    rows: list[Row] = []
     for step in (*STEPS, "total"):
         values = [
             sum(best[n][s] for s in STEPS) if step == "total" else best[n][step] for n in names
         ]
-        ratio = values[1] / values[0] if values[0] else float("nan")
-        print(f"| {step} | " + " | ".join(f"{v:.2f} s" for v in values) + f" | {ratio:.1f}x |")
+        ratio = values[1] / values[0] if values[0] else None
+        rows.append({"step": step, **{f"{n} s": v for n, v in zip(names, values, strict=True)},
+                     "ratio": ratio})  # fmt: skip
     same = best[names[0]]["rows"] == best[names[1]]["rows"]
-    print(f"same rows from the first batch: {same} ({int(best[names[0]]['rows']):,})")
+    report(
+        args,
+        f"{args.subs:,} subscriptions + 1 split before the first item: this tree vs "
+        f"{args.baseline}",
+        [rows],
+        notes=[f"A first batch of {args.items:,} items, best of {args.repeat}; same rows from "
+               f"the first batch: {same} ({int(best[names[0]]['rows']):,})."],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

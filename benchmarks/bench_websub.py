@@ -8,11 +8,13 @@ HMAC signature of each delivery), subscribes it to an Atom feed with a secret, t
 the signed feed document.  Prints the median, 90th percentile and maximum.
 
     .venv/bin/python benchmarks/bench_websub.py [--rounds 200]
+
+Backs: docs/benchmarks.md, 'The commands' (WebSub round trip, p50 and p90); no page
+quotes its figures (the latencies through `roses run` are bench_push.py's).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import threading
@@ -23,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+from benchlib import Row, bench_parser, fill_defaults, repeated, report
 
 from roses_app.algebra.plan.operators import Source
 from roses_app.config.model import (
@@ -111,17 +114,22 @@ def run(rounds: int, folder: Path) -> list[float]:
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200)
-    args = parser.parse_args()
+def measure(rounds: int) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
-        times = sorted(run(args.rounds, Path(folder)))
-    ms = [t * 1000 for t in times]
+        ms = sorted(t * 1000 for t in run(rounds, Path(folder)))
     p90 = ms[int(0.9 * (len(ms) - 1))]
-    print(
-        f"WebSub round trip (store write -> signed delivery received), {len(ms)} rounds: "
-        f"median {statistics.median(ms):.1f} ms, p90 {p90:.1f} ms, max {ms[-1]:.1f} ms"
+    return [{"rounds": len(ms), "p50 ms": statistics.median(ms), "p90 ms": p90, "max ms": ms[-1]}]
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--rounds", type=int, help="round trips (default 200; --quick 20)")
+    args = parser.parse_args()
+    fill_defaults(args, {"rounds": (20, 200)})
+    report(
+        args,
+        "WebSub round trip on 127.0.0.1: store write -> signed delivery received",
+        repeated(args, lambda: measure(args.rounds)),
     )
 
 

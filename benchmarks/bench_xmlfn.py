@@ -17,6 +17,9 @@ Apart from the helper processes it runs on one core (one thread).  Figures depen
 the machine, and on what else runs on it: run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_xmlfn.py [--items 100000] [--batch 10000] [--processes 2]
+
+Backs: docs/benchmarks.md, 'The commands' (XPath fast path, XQuery batched vs per
+item, 1 vs 2 processes); no page quotes its figures.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from benchlib import Row, bench_parser, fill_defaults, repeated, report  # noqa: E402
 
 from roses_app.algebra.plan.operators import XQuery  # noqa: E402
 from roses_app.xmlfn import filter_batch, mutate_batch, uses_fast_path, xqpool  # noqa: E402
@@ -79,14 +84,13 @@ def rate(fn: Callable[[], int]) -> float:
     return count / (time.perf_counter() - start)
 
 
-def line(label: str, fast: float, slow: float, names: tuple[str, str]) -> None:
-    print(
-        f"{label:<30} {names[0]:>12} {fast:>10,.0f} items/s   "
-        f"{names[1]:>14} {slow:>10,.0f} items/s   ratio {fast / slow:5.1f}x"
-    )
+def line(label: str, fast: float, slow: float, names: tuple[str, str]) -> Row:
+    """A row: the first way and its items/s, the second and its, their ratio."""
+    return {"measure": label, "first": names[0], "items/s": round(fast),
+            "second": names[1], "its items/s": round(slow), "ratio": fast / slow}  # fmt: skip
 
 
-def bench_observer(items: Sequence[str], size: int) -> None:
+def bench_observer(items: Sequence[str], size: int) -> list[Row]:
     assert uses_fast_path(OBSERVER, "boolean"), OBSERVER
     parts = batches(items, size)
     filter_batch(OBSERVER, (), parts[0][:100])  # compile outside the timing
@@ -98,13 +102,12 @@ def bench_observer(items: Sequence[str], size: int) -> None:
 
     fast = rate(lambda: run(True))
     slow = rate(lambda: run(False))
-    print(f"observer: {OBSERVER}")
-    line("  filter (XPath)", fast, slow, ("lxml", "elementpath"))
+    return [line("filter (XPath)", fast, slow, ("lxml", "elementpath"))]
 
 
 def bench_mutator(
     label: str, query: XQuery, items: Sequence[str], size: int, sample: int, processes: int
-) -> None:
+) -> list[Row]:
     parts = batches(items, size)
     mutate_batch(query, (), items[:10])  # compile and check outside the timing
     errors: list[Exception] = []
@@ -123,7 +126,7 @@ def bench_mutator(
     fast = rate(batched)
     slow = rate(one_by_one)
     assert not errors, errors[:3]
-    line(f"  {label}", fast, slow, ("batched", "one per item"))
+    rows = [line(f"mutator {label}", fast, slow, ("batched", "one per item"))]
     if processes > 1:
         os.environ[xqpool.ENV] = str(processes)
         try:
@@ -133,28 +136,44 @@ def bench_mutator(
         finally:
             del os.environ[xqpool.ENV]
         assert not errors, errors[:3]
-        line(f"    {processes} processes", shared, fast, ("batched", "1 process"))
+        rows.append(line(f"mutator {label}", shared, fast, (f"{processes} processes", "1 process")))
+    return rows
+
+
+def measure(items: Sequence[str], args: argparse.Namespace) -> list[Row]:
+    rows = bench_observer(items, args.batch)
+    simple = XQuery(SIMPLE_MUTATOR, "simple mutator", 1)
+    runs = (args.batch, args.sample, args.processes)
+    rows += bench_mutator("simple (adds an element)", simple, items, *runs)
+    tag = REPO / "xquery" / "tag-topics.xq"
+    tagger = XQuery(tag.read_text(), str(tag), 1)
+    rows += bench_mutator("xquery/tag-topics.xq", tagger, items, *runs)
+    return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=10_000, help="items per batch call")
-    parser.add_argument("--sample", type=int, default=2_000, help="items for one-per-item")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--items", type=int, help="items (default 100,000; --quick 1,000)")
+    add = parser.add_argument
+    add("--batch", type=int, help="items per batch call (default 10,000; --quick 250)")
+    add("--sample", type=int, help="items for one-per-item (default 2,000; --quick 100)")
     parser.add_argument("--processes", type=int, default=2, help="for the shared batches")
     args = parser.parse_args()
+    fill_defaults(args, {"items": (1_000, 100_000), "batch": (250, 10_000), "sample": (100, 2_000)})
     items = generate(args.items)
     size = sum(map(len, items)) / len(items)
-    print(f"{len(items):,} generated items, {size:.0f} bytes each on average, ", end="")
-    print(f"batches of {args.batch:,}; one thread")
-    bench_observer(items, args.batch)
-    print("mutators (XQuery, Saxon-HE):")
-    simple = XQuery(SIMPLE_MUTATOR, "simple mutator", 1)
-    runs = (args.batch, args.sample, args.processes)
-    bench_mutator("simple (adds an element)", simple, items, *runs)
-    tag = REPO / "xquery" / "tag-topics.xq"
-    bench_mutator("xquery/tag-topics.xq", XQuery(tag.read_text(), str(tag), 1), items, *runs)
-    xqpool.stop()
+    try:
+        runs = repeated(args, lambda: measure(items, args))
+    finally:
+        xqpool.stop()
+    report(
+        args,
+        "The XML item functions outside Spark",
+        runs,
+        notes=[f"{len(items):,} generated items, {size:.0f} bytes each on average, batches of "
+               f"{args.batch:,}; one thread (but the helper processes); observer: {OBSERVER}; "
+               "mutators: XQuery, Saxon-HE."],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
