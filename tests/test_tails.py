@@ -177,6 +177,15 @@ def test_a_generation_saved_by_an_earlier_version_starts_again(tmp_path: Path) -
     # as its checkpoint holds them
     (folder / PLANS_FILE).write_bytes(pickle.dumps((tuple(STREAMS), 7, LOWERING)))
     assert load_generation(folder) == (tuple(STREAMS), 7, 0)
+    # saved before the plan's modules moved into algebra/plan/ (issue 45): the same
+    old = pickle.dumps((tuple(STREAMS), 7, LOWERING, 2), protocol=2)  # names as text
+    for module in ("operators", "node", "specs"):
+        new = f"croses_app.algebra.plan.{module}\n".encode()
+        assert new in old
+        old = old.replace(new, f"croses_app.algebra.{module}\n".encode())
+    old = old.replace(b"croses_app.algebra.operators\n", b"croses_app.algebra.plan\n")
+    (folder / PLANS_FILE).write_bytes(old)
+    assert load_generation(folder) == (tuple(STREAMS), 7, 2)
     # the format before each head was computed once: its checkpoint's operators differ
     (folder / PLANS_FILE).write_bytes(pickle.dumps((tuple(STREAMS), 7)))
     assert load_generation(folder) is None

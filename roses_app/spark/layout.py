@@ -28,7 +28,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from roses_app.algebra.plan.operators import Stream
 from roses_app.algebra.planner.globalplan import GlobalPlan, fingerprint, stream_fingerprint
@@ -49,6 +49,13 @@ PLANS_FILE = "plans.pickle"
 # operators over publication time that read one another run in one operator, each
 # unit's state under its own name).
 LOWERING = 6
+# Where the plan's classes were before the algebra became packages (issue 45): the
+# plans a generation saved then name these modules, and still start it again as it was
+MOVED_MODULES = {
+    "roses_app.algebra.plan": "roses_app.algebra.plan.operators",
+    "roses_app.algebra.node": "roses_app.algebra.plan.node",
+    "roses_app.algebra.specs": "roses_app.algebra.plan.specs",
+}
 
 
 class Ledger(Protocol):
@@ -114,7 +121,7 @@ def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int, int] | None:
     then started again)."""
     try:
         with open(folder / PLANS_FILE, "rb") as fh:
-            saved = pickle.load(fh)
+            saved = _PlansUnpickler(fh).load()
     except (OSError, pickle.UnpicklingError, AttributeError, ImportError, EOFError) as exc:
         log.warning("cannot read the plans of %s (%s): it starts again", folder.name, exc)
         return None
@@ -126,6 +133,13 @@ def load_generation(folder: Path) -> tuple[tuple[Stream, ...], int, int] | None:
         return None
     late_operators = saved[3] if len(saved) == 4 and isinstance(saved[3], int) else 0
     return tuple(saved[0]), saved[1], late_operators
+
+
+class _PlansUnpickler(pickle.Unpickler):
+    """Reads a generation's plans, those saved before the plan's modules moved too."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(MOVED_MODULES.get(module, module), name)
 
 
 def save_generation(folder: Path, generation: Generation) -> None:
