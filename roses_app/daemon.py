@@ -369,8 +369,8 @@ class Daemon(DaemonStatus):
 
     def _rebase_stateless(self) -> None:
         """Keep the stateless query's checkpoint from growing with uptime (see
-        :mod:`roses_app.spark.rebase`)."""
-        from roses_app.spark.rebase import rebase_running
+        :mod:`roses_app.spark.fresh_checkpoint`)."""
+        from roses_app.spark.fresh_checkpoint import rebase_running
 
         checkpoints = self.config.settings.data_dir / "checkpoints"
         if rebase_running(checkpoints, self.spool.log_dir, self.store, self.queries):

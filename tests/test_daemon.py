@@ -229,7 +229,7 @@ def test_a_grown_stateless_checkpoint_is_rebased_at_compaction_time(
     """Stop the stateless query, archive what it read, start afresh, start it again."""
     import json
 
-    from roses_app.spark import rebase
+    from roses_app.spark import fresh_checkpoint as rebase
 
     daemon = Daemon(parse_config(CONFIG, tmp_path / "feeds.yaml"))
     read = daemon.spool.log_dir / "00000000000000000001-x.jsonl"

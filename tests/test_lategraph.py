@@ -1,4 +1,4 @@
-"""The late graph (roses_app.spark.lategraph): the operators over publication time
+"""The late graph (roses_app.spark.lower_late): the operators over publication time
 that read one another run in one operator, each computed once per micro-batch, its
 results going to the units reading them.  Driven micro-batch after micro-batch
 without Spark, the state through JSON as the processor keeps it, every unit a query
@@ -41,8 +41,8 @@ from roses_app.algebra.planner.late_groups import (
 from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
 from roses_app.algebra.time.release_results import fed_release
 from roses_app.algebra.time.slices import MemorySlices, SliceMap
-from roses_app.spark.lategraph import LateGraph
 from roses_app.spark.lateunits import SourceRow
+from roses_app.spark.lower_late import LateGraph
 from roses_app.spark.registry import Hooks
 
 Out = tuple[str, int, int, str]  # part, time, seq, item
@@ -205,7 +205,7 @@ def test_only_a_generation_whose_operators_all_run_in_the_late_graph_is_under_on
     tmp_path: Path,
 ) -> None:
     from roses_app.config import parse_config
-    from roses_app.spark.generation import under_one_key
+    from roses_app.spark.generation_frame import under_one_key
 
     assert under_one_key(config_streams(tmp_path), ())
     # the same operators over ingest time

@@ -1,5 +1,5 @@
 """The stateless query's checkpoint started afresh once Spark's file-source log has
-grown (``roses_app.spark.rebase``): nothing lost, nothing read twice, the stateful
+grown (``roses_app.spark.fresh_checkpoint``): nothing lost, nothing read twice, the stateful
 queries unaware."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from test_globalplan import DIGEST, VOLCANO, numbered_events, write_spool
 from roses_app.algebra.plan.operators import Aggregate, Stream, TimeWindow, Window
 from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
 from roses_app.replay import MemorySink
-from roses_app.spark import rebase as rb
+from roses_app.spark import fresh_checkpoint as rb
 
 
 def spark_log(folder: Path, batch: int, paths: list[Path], compact: bool = False) -> None:

@@ -220,7 +220,7 @@ def test_every_operator_over_publication_time_is_lowered_in_the_late_graph(
         WindowedGrouping,
     )
     from roses_app.algebra.planner.late_groups import late_unit
-    from roses_app.spark import lategraph
+    from roses_app.spark import lower_late
     from roses_app.spark.lower import lower
 
     wire = Source("wire", "published")
@@ -245,9 +245,9 @@ def test_every_operator_over_publication_time_is_lowered_in_the_late_graph(
         ran.append(node)
         return "late"
 
-    monkeypatch.setattr(lategraph, "late_unit_frame", late)
+    monkeypatch.setattr(lower_late, "late_unit_frame", late)
     for node in nodes:
         assert late_unit(node), node
         assert lower(node, SimpleNamespace(computed={}, lowered={})) == "late"  # type: ignore[arg-type]
     assert ran == nodes
-    assert set(map(type, nodes)) == set(lategraph.INGEST_LOWERING)
+    assert set(map(type, nodes)) == set(lower_late.INGEST_LOWERING)

@@ -51,7 +51,7 @@ Row = tuple[int, int, str | None]
 def chained_results(plan: Node, events: list[RefInput], cuts: list[int]) -> list[Row]:
     """The run's results when the operators below and the release run batch after
     batch (cut before the ingest times ``cuts``), as the Spark operator runs them
-    (:class:`~roses_app.spark.lategraph.LateGraph`, its state through JSON)."""
+    (:class:`~roses_app.spark.lower_late.LateGraph`, its state through JSON)."""
     found = graph_results([plan], events, cuts)[plan]
     return [(t, seq, item) for part, t, seq, item in found if not part]
 

@@ -4,7 +4,7 @@ each as a released run reads its operators' results and items
 (:class:`roses_app.algebra.time.release_results.SidesRelease`), then joined in time order.
 
 The micro-batch property runs the Spark operator's logic
-(:class:`roses_app.spark.lategraph.LateGraph`, whose unit
+(:class:`roses_app.spark.lower_late.LateGraph`, whose unit
 :class:`roses_app.spark.lateunits.ReleasedJoinUnit` is) batch after batch, with each
 side's operators cut into the same batches; the replay fixture ``event_time_chained`` runs
 both engines end to end (``pairs_and_counts``, ``pairs_with_blog``, ``lonely_pairs``)."""

@@ -156,7 +156,7 @@ def _finish(groups: DataFrame, item: Column) -> DataFrame:
 
 
 def aggregate_frame(node: Aggregate, ctx: LowerContext) -> DataFrame:
-    """α over ingest time (:mod:`roses_app.spark.lategraph` lowers it over
+    """α over ingest time (:mod:`roses_app.spark.lower_late` lowers it over
     publication time)."""
     frame, buckets = grouped_input(node, ctx)
     groups = collect(frame, buckets)

@@ -60,7 +60,7 @@ def to_batch(rows: Sequence[Sequence[object]], schema: pa.Schema = FUSED_SCHEMA)
 
 
 # a row with a stream is already that stream's (a stream rooted at an operator over
-# publication time, computed with the heads it shares: roses_app.spark.lategraph)
+# publication time, computed with the heads it shares: roses_app.spark.lower_late)
 TAIL_INPUT = ("source", "stream", "part", "ts", "seq", "item")
 TAIL_SCHEMA = pa.schema(
     [

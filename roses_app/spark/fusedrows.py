@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from roses_app.algebra.planner.program import INPUT_ITEM, TICK_OUTPUT, Program
 
 if TYPE_CHECKING:
-    from roses_app.spark.frontier import FrontierRow
+    from roses_app.spark.frontier_log import FrontierRow
 
 OutputRow = tuple[str, str, int, int, str] | tuple[str, str, int, int, str, str]
 # stream, part, ts, seq, item[, guid]

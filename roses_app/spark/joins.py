@@ -346,7 +346,7 @@ def _composed(s: Sides, gaps: list[Gap], node: Join, ctx: LowerContext) -> DataF
 
 
 def join_frame(node: Join, ctx: LowerContext) -> DataFrame:
-    """⋈ over ingest time (:mod:`roses_app.spark.lategraph` lowers it over
+    """⋈ over ingest time (:mod:`roses_app.spark.lower_late` lowers it over
     publication time)."""
     s = sides(node, ctx)
     gaps = (by_left(s.right_reach), by_right(s.left_reach))

@@ -1,5 +1,5 @@
 """What the operators over publication time share on Spark
-(:mod:`roses_app.spark.lategraph`): the heartbeats and horizon they tell, and their
+(:mod:`roses_app.spark.lower_late`): the heartbeats and horizon they tell, and their
 input.  Their state's shape is in :mod:`roses_app.spark.lateprocessor`.
 
 Each such operator keeps its state as one JSON value, and a periodic or session

@@ -1,10 +1,10 @@
-"""One micro-batch of a late graph (:mod:`roses_app.spark.lategraph`): its units
+"""One micro-batch of a late graph (:mod:`roses_app.spark.lower_late`): its units
 advanced in order, each unit's state read from and saved to its value state, its
 windows' items kept in its map state of slices, the rows the query reads out.
 
 This is what runs inside the ``transformWithStateInPandas`` operator: the processor
 (:mod:`roses_app.spark.lateprocessor`, kept light) loads it where rows are handled;
-the lowering (:mod:`roses_app.spark.lategraph`) builds the graph.
+the lowering (:mod:`roses_app.spark.lower_late`) builds the graph.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ windows of :mod:`roses_app.algebra.time.lateness`, each time one arrival).  Its 
 clock, the items held and each stage's memory) is JSON.  Items later than the
 lateness are counted under ``late:STREAM`` (and an aggregate or a group with
 ``late: publish`` publishes them in its ``late`` part).  The late graph's operator
-runs it (:mod:`roses_app.spark.lategraph`).
+runs it (:mod:`roses_app.spark.lower_late`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One micro-batch of each kind of operator over publication time (a *unit* of
 :mod:`roses_app.algebra.planner.late_groups`), without Spark: the late graph's operator
-(:mod:`roses_app.spark.lategraph`) and the tests drive them.
+(:mod:`roses_app.spark.lower_late`) and the tests drive them.
 
 A unit reads its sources' rows (an item at its publication time, or its ingest time;
 heartbeats) and the rows other units gave in the same micro-batch, and gives its own:

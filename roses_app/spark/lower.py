@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from roses_app.algebra.plan.operators import NODE_TYPES, Split, Stream
-from roses_app.spark import aggregate, joins, lategraph, sequential, stateless
+from roses_app.spark import aggregate, joins, lower_late, sequential, stateless
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     OUTPUT_COLUMNS,
@@ -24,7 +24,7 @@ from roses_app.spark.registry import (
     with_watermark,
 )
 
-HANDLER_MODULES = (stateless, sequential, aggregate, joins, lategraph)
+HANDLER_MODULES = (stateless, sequential, aggregate, joins, lower_late)
 
 
 def compile_stream(stream: Stream, ctx: LowerContext) -> DataFrame:

@@ -7,7 +7,7 @@
   Parquet file per micro-batch into the *frontier log*.
 * Each **stateful generation** (:mod:`roses_app.spark.layout`) reads the frontier log
   once (one file stream, plus its own backfill) and runs all its stateful streams in
-  one query (:mod:`roses_app.spark.generation`): each stateful node the streams'
+  one query (:mod:`roses_app.spark.generation_frame`): each stateful node the streams'
   stateless parts read is lowered once (one handler per node type), their stateless
   tails run in one fused pass, and the output is written to the store once per
   micro-batch.
@@ -38,10 +38,11 @@ from roses_app.algebra.planner.rewrite import rewrite_streams
 from roses_app.config.model import LimitSettings, SparkSettings
 from roses_app.heap import collector_paused, freeze_long_lived
 from roses_app.spark.counts import CountsParam
-from roses_app.spark.frontier import FrontierLog
+from roses_app.spark.fresh_checkpoint import finish_rebase, read_epoch, rebase_due, rebase_stateless
+from roses_app.spark.frontier_log import FrontierLog
 from roses_app.spark.fused import fused_frame
 from roses_app.spark.fusedrows import FusedRows, OutputRow, split_rows
-from roses_app.spark.generation import stateful_frame, under_one_key
+from roses_app.spark.generation_frame import stateful_frame, under_one_key
 from roses_app.spark.layout import (
     STATELESS_QUERY,
     Generation,
@@ -60,7 +61,6 @@ from roses_app.spark.lower import (
     with_watermark,
 )
 from roses_app.spark.queries import RunningQuery, abandonable, await_all
-from roses_app.spark.rebase import finish_rebase, read_epoch, rebase_due, rebase_stateless
 from roses_app.spark.session import shuffle_partitions
 from roses_app.spool import archive_of, last_archived_seq
 

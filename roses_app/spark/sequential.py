@@ -321,7 +321,7 @@ def stage_of(node: Window | Delta) -> Operator:
 
 def window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
     """A run of windows and deltas over ingest time (the handler is in
-    :mod:`roses_app.spark.lategraph`, which also lowers them over publication time)."""
+    :mod:`roses_app.spark.lower_late`, which also lowers them over publication time)."""
     below, run = window_delta_run(node)
     # a late row is dropped where the chain reads its input: the lowest node's step
     processor = SequentialProcessor([stage_of(n) for n in run], ctx.on_error(run[0]))
@@ -330,7 +330,7 @@ def window_or_delta(node: Window | Delta, ctx: LowerContext) -> DataFrame:
 
 def windowed_grouping_frame(node: WindowedGrouping, ctx: LowerContext) -> DataFrame:
     """A windowed grouping over ingest time (the handler is in
-    :mod:`roses_app.spark.lategraph`, which also lowers it over publication time)."""
+    :mod:`roses_app.spark.lower_late`, which also lowers it over publication time)."""
     hook = ctx.on_error(node)
     split = udfs.splitter_udf(node.by, ctx.namespaces, hook)
     keyed = lower(node.input, ctx).withColumn(KEY, split(F.col("item")))

@@ -1,6 +1,6 @@
 """Lowering of the stateless operators one node at a time: Source, Filter, Map, Union,
 Split, and Unnest over ingest time (its handler is in
-:mod:`roses_app.spark.lategraph`, which also runs it in a released run).  The
+:mod:`roses_app.spark.lower_late`, which also runs it in a released run).  The
 multi-query engine computes the stateless part of the plan in one fused stage instead
 (:mod:`roses_app.spark.fused`); these handlers lower the stateless nodes above stateful
 ones (a filter over an aggregate, say)."""
@@ -76,7 +76,7 @@ def _split(node: Split, ctx: LowerContext) -> DataFrame:
 
 
 def unnest_frame(node: Unnest, ctx: LowerContext) -> DataFrame:
-    """Unnest over ingest time (the handler is in :mod:`roses_app.spark.lategraph`,
+    """Unnest over ingest time (the handler is in :mod:`roses_app.spark.lower_late`,
     which also lowers it over publication time)."""
     upstream = lower(node.input, ctx)
     nested = unnest_udf(ctx.on_error(node))

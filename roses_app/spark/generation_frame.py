@@ -5,7 +5,7 @@ lowered once (:mod:`roses_app.spark.lower`).  The heads of the streams' stateles
 tails are computed once each and the tails run in one fused pass over them
 (:mod:`roses_app.algebra.planner.stateless_tails`); the streams left out of that are
 lowered on their own.  The operators over publication time among the heads and those streams' roots
-run in the late graph's operators (:mod:`roses_app.spark.lategraph`), whose rows go
+run in the late graph's operators (:mod:`roses_app.spark.lower_late`), whose rows go
 through the fused pass too (a stream's own pass as they are).  All of it is one
 frame, so one query.
 """
@@ -24,8 +24,8 @@ from roses_app.algebra.planner.late_groups import late_unit
 from roses_app.algebra.planner.stateless_tails import plan_tails
 from roses_app.algebra.time.eventtime import event_timed
 from roses_app.spark.fused import TAIL_INPUT, no_stream, tail_frame
-from roses_app.spark.lategraph import late_graph_frame
 from roses_app.spark.lower import LowerContext, compile_stream, heartbeat, lower
+from roses_app.spark.lower_late import late_graph_frame
 from roses_app.spark.registry import (
     EVENT_COLUMNS,
     OUTPUT_COLUMNS,
@@ -90,7 +90,7 @@ def stateful_frame(
 
 def under_one_key(streams: Sequence[Stream], namespaces: Namespaces) -> bool:
     """Whether every stateful operator of ``streams`` is one of the late graph's, each
-    of which runs under one constant key (:mod:`roses_app.spark.lategraph`)."""
+    of which runs under one constant key (:mod:`roses_app.spark.lower_late`)."""
     tails = plan_tails(streams, GlobalPlan.of(streams).id_of, namespaces)
     heads = [head for head, _ in tails.heads] + [s.plan for s in tails.direct]
     return all(late_unit(head) for head in heads)
@@ -99,5 +99,5 @@ def under_one_key(streams: Sequence[Stream], namespaces: Namespaces) -> bool:
 def frontier_columns(node: Node) -> tuple[str, ...]:
     """A frontier node's columns: an event's, and its publication time when a source
     below reads in publication time (only the operators of
-    :mod:`roses_app.spark.lategraph` read those: ``ts`` stays the ingest time)."""
+    :mod:`roses_app.spark.lower_late` read those: ``ts`` stays the ingest time)."""
     return (*EVENT_COLUMNS, "event") if event_timed(node) else EVENT_COLUMNS

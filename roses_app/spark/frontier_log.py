@@ -3,7 +3,7 @@
 Each generation (a stateful query) has its own folder, ``frontier/GEN/``:
 
 * ``live/batch-<epoch>-<id>.parquet``: one micro-batch of the stateless query (the
-  epoch counts its fresh checkpoints, see :mod:`.rebase`): the events of
+  epoch counts its fresh checkpoints, see :mod:`.fresh_checkpoint`): the events of
   each frontier node under its node id, the heartbeats (key null) and one time mark
   (key ``~tick``: the latest time the batch saw, so every source moves the stateful
   queries' watermark, as the spool does).  The file is written once and hard-linked
