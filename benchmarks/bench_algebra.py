@@ -23,6 +23,9 @@ Spark gets a warm-up run on 2,000 events first (not counted).  Figures depend on
 machine (2 cores here); quote a second run.
 
     .venv/bin/python benchmarks/bench_algebra.py [--items 50000] [--days 30] [--query join digest]
+
+Backs: docs/benchmarks.md, 'The commands' (24h-window join and hourly digest: items/s
+and peak memory, reference vs Spark); no page quotes its figures.
 """
 
 from __future__ import annotations
@@ -34,11 +37,10 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchlib import argument_parser
+from benchlib import Row, bench_parser, fill_defaults, repeated, report, work_folder
 from proctree import PeakSampler, command_name
 
 HOUR = 3_600_000_000  # µs
@@ -157,59 +159,65 @@ def _spawn(engine: str, work: Path, query: str) -> dict[str, object]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _mb(value: object) -> str:
-    return f"{int(value) / 2**20:7.0f}" if isinstance(value, int) else "      -"
+def _mb(value: object) -> float | None:
+    return int(value) / 2**20 if isinstance(value, int) and value else None
 
 
-def report(query: str, results: list[dict[str, object]]) -> None:
-    print(f"-- {query}")
-    print(
-        f"{'':>9} {'items/s':>9} {'seconds':>8} {'outputs':>7}   peak MB:"
-        f" driver     JVM workers   total"
-    )
-    rates: dict[str, float] = {}
+def query_rows(query: str, results: list[dict[str, object]], same: bool) -> list[Row]:
+    """A row per engine: items/s, seconds, outputs, peak memory (MB) of each kind."""
+    rows: list[Row] = []
     for r in results:
         seconds = float(str(r["seconds"]))
-        rates[str(r["engine"])] = int(str(r["items"])) / seconds
-        memory = " ".join(_mb(r[k] if r[k] else None) for k in (*KINDS, "total"))
-        print(
-            f"{r['engine']:>9} {rates[str(r['engine'])]:9.0f} {seconds:8.1f} {r['pairs']:>7}"
-            f"           {memory}"
-        )
-    ref, spark = results
-    print(
-        f"spark / reference: {rates['spark'] / rates['reference']:.2f}x the throughput, "
-        f"{int(str(spark['total'])) / int(str(ref['total'])):.1f}x the peak memory"
-    )
+        rows.append({
+            "query": query,
+            "engine": r["engine"],
+            "items/s": round(int(str(r["items"])) / seconds),
+            "s": seconds,
+            "outputs": r["pairs"],
+            **{f"peak MB {k}": _mb(r[k]) for k in (*KINDS, "total")},
+            "identical outputs": same,
+        })  # fmt: skip
+    return rows
 
 
-def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=50_000, help="items per feed")
-    parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--query", nargs="+", choices=tuple(QUERIES), default=list(QUERIES))
-    parser.add_argument("--engine", choices=("reference", "spark"), help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.engine:  # a child: one engine, its figures as the last line
-        print(json.dumps(run_engine(args.engine, args.work, args.query[0])))
-        return
-    work = Path(tempfile.mkdtemp(prefix="roses-bench-join-"))
-    for query, text in QUERIES.items():
-        config = (HEAD + text).format(data=work / "data", xquery=XQUERY_DIR)
-        (work / f"{query}.yaml").write_text(config)
-    generate(work / "events.jsonl", args.items, args.days)
-    lines = (work / "events.jsonl").read_text().splitlines(keepends=True)
-    (work / "warm-up.jsonl").write_text("".join(lines[:2000]))
-    print(f"{2 * args.items} items over {args.days} days in {work}")
-    for query in args.query:
+def measure(work: Path, queries: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    for query in queries:
         results = [_spawn(engine, work, query) for engine in ("reference", "spark")]
-        report(query, results)
         ours, theirs = work / f"out-{query}-reference", work / f"out-{query}-spark"
         same = ours.is_dir() and all(
             (ours / p.name).read_bytes() == p.read_bytes() for p in theirs.glob("*.jsonl")
         )
-        print(f"identical outputs: {same}")
+        rows += query_rows(query, results, same)
+    return rows
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--items", type=int, help="items per feed (default 50,000; --quick 300)")
+    parser.add_argument("--days", type=int, help="days (default 30; --quick 3)")
+    parser.add_argument("--query", nargs="+", choices=tuple(QUERIES), default=list(QUERIES))
+    parser.add_argument("--engine", choices=("reference", "spark"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    fill_defaults(args, {"items": (300, 50_000), "days": (3, 30)})
+    if args.engine:  # a child: one engine, its figures as the last line
+        print(json.dumps(run_engine(args.engine, args.work, args.query[0])))
+        return
+    with work_folder("roses-bench-join-", False) as work:
+        for query, text in QUERIES.items():
+            config = (HEAD + text).format(data=work / "data", xquery=XQUERY_DIR)
+            (work / f"{query}.yaml").write_text(config)
+        generate(work / "events.jsonl", args.items, args.days)
+        lines = (work / "events.jsonl").read_text().splitlines(keepends=True)
+        (work / "warm-up.jsonl").write_text("".join(lines[:2000]))
+        runs = repeated(args, lambda: measure(work, args.query))
+    report(
+        args,
+        f"A 24h-window join and an hourly digest: {2 * args.items:,} items over "
+        f"{args.days} days, the reference evaluator vs Spark",
+        runs,
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ REV:roses_app/spool.py > FILE``) the same archive is merged by that code too, si
 side.  No network.
 
     .venv/bin/python benchmarks/bench_compact.py [--feeds 10000] [--before FILE]
+
+Backs: docs/benchmarks.md, section 'Compacting the spool's archive' (time, CPU and peak
+memory of 30,000 one-poll files merged, this tree vs an older spool.py).
 """
 
 from __future__ import annotations

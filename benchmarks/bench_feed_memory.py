@@ -18,6 +18,9 @@ measures both on the same machine under the same load.
     .venv/bin/python benchmarks/bench_feed_memory.py [--items 100000] [--polls 3]
         [--every 20s] [--before DIR] [--max-bytes 200MB] [--master local[2]]
         [--timeout 1800] [--work DIR] [--keep]
+
+Backs: docs/benchmarks.md, section 'A 100,000-item feed polled again and again' (the
+table of peak memory before and after, and the wall time of the run).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import scale_workload
 from bench_hostile_memory import (
     FILTER_CATEGORY,
     FILTER_STREAM,
+    MIB,
     SPLIT_STREAM,
     Expected,
     FeedServer,
@@ -48,8 +52,8 @@ from bench_hostile_memory import (
     published,
     write_big_feed,
 )
-from bench_scale import machine, roses_command
-from benchlib import add_master_and_seed, argument_parser, fmt, work_folder
+from bench_scale import roses_command
+from benchlib import Row, add_master_and_seed, bench_parser, fill_defaults, fmt, report, work_folder
 
 KINDS = ("driver", "jvm", "python workers", "parse workers", "other")
 LEFT_OUT = re.compile(r"source big: the document has (\d+) entries: the first (\d+) are taken")
@@ -205,12 +209,26 @@ def describe(run: Run, expected: Expected) -> list[str]:
     ]
 
 
+def run_row(run: Run, expected: Expected) -> Row:
+    """A run's figures (MB: 2^20 bytes) as a table row."""
+    high = {k: max((v for (_, kind), v in run.high.items() if kind == k), default=0) for k in KINDS}
+    filtered = run.published.get((FILTER_STREAM, ""), 0)
+    split = {part: n for (stream, part), n in run.published.items() if stream == SPLIT_STREAM}
+    return {
+        "run": run.label, "wall s": run.wall, "exit": run.code, "GETs": run.gets,
+        "peak RSS tree MB": round(run.peak / MIB), "peak PSS tree MB": round(run.pss_peak / MIB),
+        **{f"VmHWM {kind} MB": round(v / MIB) for kind, v in high.items() if v},
+        "published split": sum(split.values()), "published filter": filtered,
+        "as expected": split == dict(expected.split) and filtered == expected.filtered,
+    }  # fmt: skip
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, quick="a 2,000-item feed polled twice, every 5s")
     add = parser.add_argument
-    add("--items", type=int, default=100_000, help="items of the big feed (default 100,000)")
-    add("--polls", type=int, default=3, help="polls measured (default 3)")
-    add("--every", default="20s", help="the source's interval (default 20s)")
+    add("--items", type=int, help="items of the big feed (default 100,000; --quick 2,000)")
+    add("--polls", type=int, help="polls measured (default 3; --quick 2)")
+    add("--every", help="the source's interval (default 20s; --quick 5s)")
     add("--max-items", type=int, default=10_000, help="fetch.max_items in force (expected)")
     add("--before", help="a checkout of the code before: measured first, on PYTHONPATH")
     add("--conf", action="append", default=[], help="KEY=VALUE: settings.spark.conf (again)")
@@ -221,45 +239,49 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--keep", action="store_true", help="keep the working folder (feed, data, logs)")
     add_master_and_seed(parser)
     parser.set_defaults(master="local[2]")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    fill_defaults(args, {"items": (2_000, 100_000), "polls": (2, 3), "every": ("5s", "20s")})
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     proctree.exit_on_sigterm()
-    caveat = machine()
     variants = [("before: " + args.before, args.before)] if args.before else []
     variants.append(("after: this working tree", None))
-    runs: list[Run] = []
+    runs: list[list[Run]] = []
     with work_folder("roses-feed-mem-", args.keep, args.work) as work:
         print(f"working in {work}", file=sys.stderr)
         write_big_feed(work / "big.xml", args.items, args.seed)
         expected = taken(args.items, args.max_items, args.seed)
         size = (work / "big.xml").stat().st_size / (1 << 20)
         with FeedServer({"/big.xml": (work / "big.xml", {})}) as server:
-            for n, (label, path) in enumerate(variants):
-                folder = work / f"run{n}"
-                folder.mkdir()
-                (folder / "feeds.yaml").write_text(config_text(folder / "data", server.port, args))
-                print(f"running {label} ...", file=sys.stderr, flush=True)
-                runs.append(run_daemon(label, folder, server, args, path))
-    print(f"\n# roses run: a {args.items:,}-item feed ({size:,.1f} MB) polled every {args.every}\n")
-    print(
-        f"{caveat}  Load average {os.getloadavg()[0]:.2f} at the end.  Caveat: cores shared"
-        " with other work: times vary widely, memory less so."
+            for k in range(args.repeat):
+                runs.append([])
+                for n, (label, path) in enumerate(variants):
+                    folder = work / f"run{k}-{n}"
+                    folder.mkdir()
+                    text = config_text(folder / "data", server.port, args)
+                    (folder / "feeds.yaml").write_text(text)
+                    print(f"running {label} ...", file=sys.stderr, flush=True)
+                    runs[-1].append(run_daemon(label, folder, server, args, path))
+    report(
+        args,
+        f"roses run: a {args.items:,}-item feed ({size:,.1f} MB) polled every {args.every}",
+        [[run_row(run, expected) for run in repeat] for repeat in runs],
+        notes=[
+            f"Load average {os.getloadavg()[0]:.2f} at the end.  Caveat: cores shared with "
+            "other work: times vary widely, memory less so.  Spark master "
+            f"{args.master}; {args.polls} polls measured; sampled every {args.sample:g} s.",
+            "In full (the last repeat):\n\n"
+            + "\n\n".join("\n".join(describe(run, expected)) for run in runs[-1]),
+            "MB: 2^20 bytes.  Sampled peak: the highest RSS sum over the tree (or a kind) at "
+            "one sample.  VmHWM: a process's own peak RSS (exact).  RSS counts pages a forked"
+            " process shares with its parent in both; PSS (sampled too) shares them out.",
+        ],
     )
-    print(
-        f"Spark master {args.master}; {args.polls} polls measured; sampled every"
-        f" {args.sample:g} s\n"
-    )
-    for run in runs:
-        print("\n".join(describe(run, expected)) + "\n")
-    print(
-        "MB: 2^20 bytes.  Sampled peak: the highest RSS sum over the tree (or a kind) at one"
-        " sample.  VmHWM: a process's own peak RSS (exact).  RSS counts pages a forked"
-        " process shares with its parent in both; PSS (sampled too) shares them out."
-    )
-    return 0 if all(r.code == 0 and r.gets > args.polls for r in runs) else 1
+    every = [run for repeat in runs for run in repeat]
+    return 0 if all(r.code == 0 and r.gets > args.polls for r in every) else 1
 
 
 if __name__ == "__main__":

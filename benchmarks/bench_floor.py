@@ -26,6 +26,9 @@ in this process: the CPU any stage that parses each item once (issue 9, item 3)
 needs at least.
 
     .venv/bin/python benchmarks/bench_floor.py [--items 100000] [--repeat 3] [--work DIR]
+
+Backs: docs/benchmarks.md, section 'Replay' (the paragraph on the replay's floor: net
+seconds of each variant, 100,000 items on 2 cores).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import add_master_and_seed, argument_parser, work_folder
+from benchlib import Row, add_master_and_seed, bench_parser, fill_defaults, report, work_folder
 from scale_workload import (
     config_text,
     generate_items,
@@ -92,13 +95,15 @@ def lxml_parse_seconds(xmls: list[str]) -> float:
     return best
 
 
-def measure(work: Path, repeat: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def measure(
+    work: Path, repeat: int, variants: list[tuple[str, str]]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per variant, the wall times of its replays of all items and of the start-up's."""
     config = work / "feeds.yaml"
-    fulls: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
-    starts: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
+    fulls: dict[str, list[float]] = {name: [] for name, _ in variants}
+    starts: dict[str, list[float]] = {name: [] for name, _ in variants}
     for attempt in range(repeat):
-        for name, words in VARIANTS:
+        for name, words in variants:
             fulls[name].append(replay(config, work / "events.jsonl", work / "out", words))
             starts[name].append(replay(config, work / "startup.jsonl", work / "out", words))
             took = f"{fulls[name][-1]:.2f} s, start-up {starts[name][-1]:.2f} s"
@@ -106,15 +111,15 @@ def measure(work: Path, repeat: int) -> tuple[dict[str, list[float]], dict[str, 
     return fulls, starts
 
 
-def rate(items: int, seconds: float) -> str:
-    return f"{items / seconds:,.0f}" if seconds > 0 else "-"
+def rate(items: int, seconds: float) -> int | None:
+    return round(items / seconds) if seconds > 0 else None
 
 
 def times(values: list[float]) -> str:
     return " / ".join(f"{s:.2f}" for s in values)
 
 
-def report(
+def floor_report(
     args: argparse.Namespace,
     fulls: dict[str, list[float]],
     starts: dict[str, list[float]],
@@ -122,35 +127,48 @@ def report(
 ) -> None:
     n = args.items - args.startup_items
     cores = os.cpu_count() or 1
-    print(f"# The replay's floor: {args.items:,} items, N = 1 (filter + split), {cores} cores\n")
-    print("| replay | net s (median) | items/s net | net s (best of each) | items/s |")
-    print("|---|---:|---:|---:|---:|")
-    for name, _ in VARIANTS:
+    rows: list[Row] = []
+    for name in fulls:
         # a run and the start-up run after it are close in time: their difference
         # drifts less with this machine's load than the best of each
         paired = statistics.median(f - s for f, s in zip(fulls[name], starts[name], strict=True))
         best = min(fulls[name]) - min(starts[name])
-        print(f"| {name} | {paired:.2f} | {rate(n, paired)} | {best:.2f} | {rate(n, best)} |")
-    print("\nOnly the first computes the streams; the others hand back every item or none.")
-    print(
+        rows.append({"replay": name, "net s (median)": paired, "items/s net": rate(n, paired),
+                     "net s (best of each)": best, "items/s": rate(n, best)})  # fmt: skip
+    notes = [
+        "Only the first computes the streams; the others hand back every item or none.",
         f"lxml's parse of the {args.items:,} items: {parse_cpu:.2f} s of CPU in one process,"
-        f" at least {parse_cpu / cores:.2f} s on {cores} cores."
-    )
-    print(f"{GOAL:,} items/s means a net of at most {n / GOAL:.2f} s.")
-    print(f"{args.repeat} runs each; all times, all items (start-up):")
-    for name, _ in VARIANTS:
-        print(f"- {name}: {times(fulls[name])} ({times(starts[name])})")
+        f" at least {parse_cpu / cores:.2f} s on {cores} cores.",
+        f"{GOAL:,} items/s means a net of at most {n / GOAL:.2f} s.",
+        f"{args.repeat} runs each; all times, all items (start-up):\n"
+        + "\n".join(f"- {name}: {times(fulls[name])} ({times(starts[name])})" for name in fulls),
+    ]
+    title = f"The replay's floor: {args.items:,} items, N = 1 (filter + split), {cores} cores"
+    report(args, title, [rows], notes)
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--startup-items", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--work", help="working folder (default: a new temporary one)")
-    parser.add_argument("--keep", action="store_true")
+    parser = bench_parser(
+        __doc__,
+        repeat=None,
+        quick="1,000 items, one round, two variants (roses; parse, no check, no output)",
+    )
+    add = parser.add_argument
+    add("--items", type=int, help="items (default 100,000; --quick 1,000)")
+    add("--startup-items", type=int, default=10)
+    add("--repeat", type=int, help="pairs of runs of each, the median kept (default 3; --quick 1)")
+    add("--variants", help="the variants to run, by number: 1 (roses) to 6 (default: all)")
+    add("--work", help="working folder (default: a new temporary one)")
+    add("--keep", action="store_true")
     add_master_and_seed(parser)
     args = parser.parse_args()
+    everyone = ",".join(str(k) for k in range(1, len(VARIANTS) + 1))
+    fill_defaults(args, {"items": (1_000, 100_000), "repeat": (1, 3),
+                         "variants": (f"1,{len(VARIANTS)}", everyone)})  # fmt: skip
+    numbers = [int(k) for k in args.variants.split(",")]
+    if not all(1 <= k <= len(VARIANTS) for k in numbers):
+        parser.error(f"--variants: numbers from 1 to {len(VARIANTS)}")
+    variants = [VARIANTS[k - 1] for k in numbers]
 
     with work_folder("roses-floor-", args.keep, args.work) as work:
         items = generate_items(args.items, args.seed)
@@ -159,9 +177,9 @@ def main() -> None:
         subs = generate_subscriptions(1, args.seed)
         settings = spark_settings(work / "data", args.master)
         (work / "feeds.yaml").write_text(config_text(subs, work / "feeds", settings))
-        fulls, starts = measure(work, args.repeat)
+        fulls, starts = measure(work, args.repeat, variants)
         parse_cpu = lxml_parse_seconds([item.xml for item in items])
-    report(args, fulls, starts, parse_cpu)
+    floor_report(args, fulls, starts, parse_cpu)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ the hostile run's excess over the baseline.
     .venv/bin/python benchmarks/bench_hostile_memory.py --items 5000 --bomb-gb 0.25  # check
     .venv/bin/python benchmarks/bench_hostile_memory.py [--items 100000] [--bomb-gb 4]
         [--max-bytes 200MB] [--master local[2]] [--timeout 1800] [--work DIR] [--keep]
+
+Backs: docs/benchmarks.md, 'The commands' (no page quotes its figures; docs/operating.md
+says fetch.max_bytes bounds a document, without one); it makes the big feed of section 'A
+100,000-item feed polled again and again', which bench_feed_memory.py measures.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from pathlib import Path
 
 import proctree
 import scale_workload
-from bench_scale import machine, roses_command
-from benchlib import add_master_and_seed, argument_parser, fmt, work_folder
+from bench_scale import roses_command
+from benchlib import Row, add_master_and_seed, bench_parser, fill_defaults, fmt, report, work_folder
 
 MIB = 1 << 20
 FILTER_CATEGORY = "science"
@@ -358,14 +362,30 @@ def difference(base: Result, hostile: Result) -> list[str]:
     return lines
 
 
+def result_row(result: Result, expected: Expected, bomb: bool) -> Row:
+    """A run's figures (MB: 2^20 bytes) as a table row."""
+    filtered = result.published.get((FILTER_STREAM, ""), 0)
+    split = {part: n for (stream, part), n in result.published.items() if stream == SPLIT_STREAM}
+    row: Row = {
+        "run": result.label, "wall s": result.wall,
+        "exit": "killed" if result.code is None else result.code,
+        "peak RSS tree MB": round(result.peak / MIB),
+        **{f"peak {kind} MB": round(result.peaks.get(kind, 0) / MIB) for kind in KINDS},
+        **{f"VmHWM {k} MB": round((exact(result, k) or 0) / MIB) for k in ("driver", "jvm")},
+        "published as expected": split == dict(expected.split) and filtered == expected.filtered,
+        "bomb refused": bool(result.refusal) if bomb else None,
+    }  # fmt: skip
+    return row
+
+
 # -- command line ------------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, quick="a 2,000-item feed and a 0.25 GiB bomb")
     add = parser.add_argument
-    add("--items", type=int, default=100_000, help="items of the big feed (default 100,000)")
-    add("--bomb-gb", type=float, default=4.0, help="GiB of zeros in the bomb (default 4)")
+    add("--items", type=int, help="items of the big feed (default 100,000; --quick 2,000)")
+    add("--bomb-gb", type=float, help="GiB of zeros in the bomb (default 4; --quick 0.25)")
     add("--max-bytes", default="200MB", help="settings.fetch.max_bytes (default 200MB)")
     add("--fetch-timeout", default="120s", help="settings.fetch.timeout (default 120s)")
     add("--every", type=float, default=0.1, help="seconds between memory samples (0.1)")
@@ -374,7 +394,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--keep", action="store_true", help="keep the working folder (feeds, data, logs)")
     add_master_and_seed(parser)
     parser.set_defaults(master="local[2]")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    fill_defaults(args, {"items": (2_000, 100_000), "bomb_gb": (0.25, 4.0)})
+    return args
 
 
 def prepare(work: Path, args: argparse.Namespace) -> tuple[Expected, int]:
@@ -395,7 +417,7 @@ def prepare(work: Path, args: argparse.Namespace) -> tuple[Expected, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     proctree.exit_on_sigterm()
-    caveat = machine()
+    runs: list[list[Result]] = []
     with work_folder("roses-hostile-mem-", args.keep, args.work) as work:
         print(f"working in {work}", file=sys.stderr)
         expected, _ = prepare(work, args)
@@ -403,40 +425,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             "/big.xml": (work / "big.xml", {}),
             "/bomb.xml": (work / "bomb.xml", {"Content-Encoding": "gzip, gzip"}),
         }
-        results: list[Result] = []
         with FeedServer(routes) as server:
-            for label, bomb in (("baseline: big feed alone", False), ("hostile: + bomb", True)):
-                folder = work / ("hostile" if bomb else "baseline")
-                folder.mkdir()
-                (folder / "feeds.yaml").write_text(
-                    config_text(folder / "data", server.port, bomb, args)
-                )
-                print(f"running {label} ...", file=sys.stderr, flush=True)
-                results.append(run_once(label, folder, args))
+            for k in range(args.repeat):
+                runs.append([])
+                for label, bomb in (("baseline: big feed alone", False), ("hostile: + bomb", True)):
+                    folder = work / f"{'hostile' if bomb else 'baseline'}-{k}"
+                    folder.mkdir()
+                    text = config_text(folder / "data", server.port, bomb, args)
+                    (folder / "feeds.yaml").write_text(text)
+                    print(f"running {label} ...", file=sys.stderr, flush=True)
+                    runs[-1].append(run_once(label, folder, args))
             hits = dict(server.hits)
-    load_end = os.getloadavg()[0]
-    print(
-        f"\n# roses once: peak memory, {args.bomb_gb:g} GiB gzip,gzip bomb + {args.items:,} items\n"
-    )
-    print(
-        f"{caveat}  Load average {load_end:.2f} at the end.  Caveat: cores shared with other"
-        " jobs (a loaded machine): times vary widely, memory less so."
-    )
-    print(
-        f"Spark master {args.master}; fetch max_bytes {args.max_bytes}, timeout"
-        f" {args.fetch_timeout}; sampled every {args.every:g} s; server GETs: {hits}\n"
-    )
-    for result, bomb in zip(results, (False, True), strict=True):
-        print("\n".join(describe(result, expected, bomb)) + "\n")
-    print("\n".join(difference(results[0], results[1])))
-    print(
-        "\nMB: 2^20 bytes (as in fetch.max_bytes).  Sampled peak: the highest RSS sum"
-        " over the tree (or a kind) at one sample; a spike shorter than the interval is"
-        " missed.  VmHWM: the process's own peak RSS as the kernel counts it (exact; the"
-        " driver and the JVM are one process each).  RSS counts pages a forked process"
-        " shares with its parent (pyspark's workers, forked from its daemon) in both."
-    )
-    ok = all(r.code == 0 for r in results) and bool(results[1].refusal)
+    results = runs[-1]
+    report(
+        args,
+        f"roses once: peak memory, {args.bomb_gb:g} GiB gzip,gzip bomb + {args.items:,} items",
+        [[result_row(r, expected, bomb) for r, bomb in zip(rs, (False, True), strict=True)]
+         for rs in runs],
+        notes=[
+            f"Load average {os.getloadavg()[0]:.2f} at the end.  Caveat: cores shared with "
+            "other jobs (a loaded machine): times vary widely, memory less so.  Spark master "
+            f"{args.master}; fetch max_bytes {args.max_bytes}, timeout {args.fetch_timeout}; "
+            f"sampled every {args.every:g} s; server GETs: {hits}",
+            "In full (the last repeat):\n\n"
+            + "\n\n".join("\n".join(describe(r, expected, bomb))
+                          for r, bomb in zip(results, (False, True), strict=True))
+            + "\n\n" + "\n".join(difference(results[0], results[1])),
+            "MB: 2^20 bytes (as in fetch.max_bytes).  Sampled peak: the highest RSS sum"
+            " over the tree (or a kind) at one sample; a spike shorter than the interval is"
+            " missed.  VmHWM: the process's own peak RSS as the kernel counts it (exact; the"
+            " driver and the JVM are one process each).  RSS counts pages a forked process"
+            " shares with its parent (pyspark's workers, forked from its daemon) in both.",
+        ],
+    )  # fmt: skip
+    every = [r for rs in runs for r in rs]
+    ok = all(r.code == 0 for r in every) and all(bool(rs[1].refusal) for rs in runs)
     return 0 if ok else 1
 
 

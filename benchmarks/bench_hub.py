@@ -24,6 +24,10 @@ and of its whole tree (sampled: the JVM and Spark's Python workers too), the sto
     .venv/bin/python benchmarks/bench_hub.py [--subscribers 10000] [--changes 5]
 
 Network: 127.0.0.1 only.  Figures depend on the machine: run twice, quote the second.
+
+Backs: docs/benchmarks.md, section 'Item-to-feed latency' (the paragraph on 10,000
+WebSub subscribers of one feed: verified in, change -> delivery p50/p99, peak memory,
+SIGTERM).
 """
 
 from __future__ import annotations
@@ -42,10 +46,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # the subscriber fleet, shared with its test
 
-import bench_scale as scale  # noqa: E402
 import proctree  # noqa: E402
 from bench_service import Daemon, free_port, http_get, percentile, wait_for_all  # noqa: E402
-from benchlib import work_folder  # noqa: E402
+from benchlib import Row, bench_parser, fill_defaults, report, work_folder  # noqa: E402
 from websub_fleet import Fleet  # noqa: E402
 
 CONFIG = """\
@@ -185,64 +188,68 @@ def run(folder: Path, args: argparse.Namespace) -> Figures:
     return figures
 
 
-def report(f: Figures, args: argparse.Namespace) -> None:
-    print(f"# WebSub hub: {f.subscribers:,} subscribers of one feed through `roses run`\n")
-    print(scale.machine() + f"  Spark master {args.master}.\n")
-    websub = websub_settings(f.subscribers, args.per_host, args.verify_queue)
-    print(f"settings.websub: {{{websub}}}")
-    print(f"subscription requests answered: {f.statuses} (503: the verification queue "
-          "was full; retried after Retry-After)\n")  # fmt: skip
+def figure_row(f: Figures) -> Row:
+    """One run's figures as a row (seconds, MB)."""
     lat = f.latencies
-    spread = "-"
-    if lat:
-        spread = f"{percentile(lat, 50):.2f} / {percentile(lat, 99):.2f} / {max(lat):.2f} s"
-    complete = "yes" if set(f.per_change) == {f.subscribers} else "NO"
-    code = "killed" if f.exit_code is None else str(f.exit_code)
-    rows = [
-        ("time to verify all", f"{f.verify_seconds:.1f} s"),
-        ("deliveries received per change", ", ".join(f"{n:,}" for n in f.per_change)),
-        ("every subscriber got every change", complete),
-        ("change -> delivery p50 / p99 / max", spread),
-        (
-            "change -> last subscriber's delivery, per change",
-            ", ".join(f"{s:.1f}" for s in f.change_seconds) + " s",
-        ),
-        ("deliveries (POSTs) received in all", f"{f.deliveries:,}"),
-        ("peak memory, daemon process (VmHWM)", f"{f.daemon_peak / 2**20:.0f} MB"),
-        ("peak memory, daemon's tree (sampled: + JVM, workers)", f"{f.tree_peak / 2**20:.0f} MB"),
-        ("stop (SIGTERM): time, exit code", f"{f.stop_seconds:.1f} s, {code}"),
-    ]
-    print("| measure | value |")
-    print("|---|---:|")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
-    print("\nThe subscribers (an asyncio server, one thread) run on the same machine and "
-          "share its cores with the daemon (its JVM and Python workers too).")  # fmt: skip
+    return {
+        "subscribers": f.subscribers,
+        "verify all s": f.verify_seconds,
+        "deliveries per change": ", ".join(f"{n:,}" for n in f.per_change),
+        "every subscriber got every change": set(f.per_change) == {f.subscribers},
+        "change -> delivery p50 s": percentile(lat, 50) if lat else None,
+        "p99 s": percentile(lat, 99) if lat else None,
+        "max s": max(lat) if lat else None,
+        "change -> last delivery s": ", ".join(f"{s:.1f}" for s in f.change_seconds),
+        "deliveries": f.deliveries,
+        "daemon peak MB (VmHWM)": round(f.daemon_peak / 2**20),
+        "tree peak MB (sampled)": round(f.tree_peak / 2**20),
+        "SIGTERM to exit s": f.stop_seconds,
+        "exit code": "killed" if f.exit_code is None else f.exit_code,
+    }
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subscribers", type=int, default=10_000)
-    parser.add_argument("--changes", type=int, default=5)
-    parser.add_argument("--per-host", type=int, help="settings.websub.per_host (default ROSES's)")
-    parser.add_argument("--verify-queue", type=int, help="settings.websub.verify_queue")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--start-timeout", type=float, default=240.0)
-    parser.add_argument("--verify-timeout", type=float, default=600.0)
-    parser.add_argument("--change-timeout", type=float, default=300.0)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    return parser.parse_args(argv)
+    parser = bench_parser(__doc__)
+    add = parser.add_argument
+    add("--subscribers", type=int, help="subscribers (default 10,000; --quick 50)")
+    add("--changes", type=int, help="changes (default 5; --quick 2)")
+    add("--per-host", type=int, help="settings.websub.per_host (default ROSES's)")
+    add("--verify-queue", type=int, help="settings.websub.verify_queue")
+    add("--master", default="local[2]")
+    add("--start-timeout", type=float, default=240.0)
+    add("--verify-timeout", type=float, default=600.0)
+    add("--change-timeout", type=float, default=300.0)
+    add("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args(argv)
+    fill_defaults(args, {"subscribers": (50, 10_000), "changes": (2, 5)})
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    found: list[Figures] = []
     with work_folder("roses-bench-hub-", args.keep) as work:
-        figures = run(work, args)
+        for k in range(args.repeat):
+            folder = work / f"run-{k}"
+            folder.mkdir()
+            found.append(run(folder, args))
         if args.keep:
-            print(f"work folder: {work}")
-    report(figures, args)
-    complete = figures.per_change == [args.subscribers] * args.changes
-    return 0 if complete and figures.exit_code == 0 else 1
+            print(f"work folder: {work}", file=sys.stderr)
+    websub = websub_settings(args.subscribers, args.per_host, args.verify_queue)
+    report(
+        args,
+        f"WebSub hub: {args.subscribers:,} subscribers of one feed through `roses run`",
+        [[figure_row(f)] for f in found],
+        notes=[
+            f"settings.websub: {{{websub}}}; Spark master {args.master}; subscription requests "
+            f"answered (the last run): {found[-1].statuses} (503: the verification queue was "
+            "full; retried after Retry-After).",
+            "The subscribers (an asyncio server, one thread) run on the same machine and "
+            "share its cores with the daemon (its JVM and Python workers too).",
+        ],
+    )
+    complete = all(f.per_change == [args.subscribers] * args.changes for f in found)
+    return 0 if complete and all(f.exit_code == 0 for f in found) else 1
 
 
 if __name__ == "__main__":

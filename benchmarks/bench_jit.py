@@ -16,11 +16,16 @@ again and again in one JVM, as a daemon that has run a while: the best pass.
 Figures depend on the machine (2 cores here): run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_jit.py [--items 100000] [--subs 1] [--repeat 2] [--once]
+
+Backs: docs/getting-started.md, 'What the scripts set up' (C1-only compilation for
+finite runs: the cold replay, `roses once` and warm passes), and the comment on it in
+roses_app/spark/session.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -28,8 +33,16 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import argument_parser, with_spark_setting, work_folder
-from coldruns import add_cold_arguments, as_is, cold, generated, print_cold
+from benchlib import (
+    Row,
+    Section,
+    bench_parser,
+    fill_defaults,
+    report,
+    with_spark_setting,
+    work_folder,
+)
+from coldruns import add_cold_arguments, as_is, cold, cold_title, fill_cold_defaults, generated
 
 MODES = ("C1 only", "tiered")
 
@@ -43,7 +56,7 @@ def tiered_copy(config: Path) -> Path:
     return with_spark_setting(config, entry, f"{config.stem}-tiered.yaml")
 
 
-def warm(work: Path, args: argparse.Namespace) -> list[str]:
+def warm(work: Path, args: argparse.Namespace) -> list[Row]:
     config, events, _ = generated(work, args)
     rows = []
     for mode in MODES:
@@ -51,7 +64,8 @@ def warm(work: Path, args: argparse.Namespace) -> list[str]:
                    "--events", str(events), "--warm-passes", str(args.warm_passes)]  # fmt: skip
         env = {**os.environ, "ROSES_CACHE_DIR": str(work / "cache")}
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-        rows.append(f"| {mode} | {done.stdout.strip()} |")
+        best, rate = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append({"JIT": mode, "best s": best, "items/s": round(rate)})
     return rows
 
 
@@ -76,28 +90,31 @@ def warm_run(args: argparse.Namespace) -> None:
         best = min(best, time.perf_counter() - started)
     shutil.rmtree(out, ignore_errors=True)
     lines = sum(1 for _ in events.open())
-    print(f"{best:.1f} s | {lines / best:,.0f}")
+    print(json.dumps([best, lines / best]))
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, repeat=None)
     add_cold_arguments(parser, items=100_000)
-    parser.add_argument("--warm-passes", type=int, default=3)
+    parser.add_argument("--warm-passes", type=int, help="default 3; --quick 1")
     for hidden in ("--warm-run", "--config", "--events"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    fill_cold_defaults(args)
+    fill_defaults(args, {"warm_passes": (1, 3)})
     if args.warm_run:
         warm_run(args)
         return
+    sections: list[Section] = []
     with work_folder("roses-jit-", keep=False) as work:
-        print(f"working in {work}; nproc {os.cpu_count()}; {args.items:,} items, "
-              f"{args.subs} subscription(s) and a split")  # fmt: skip
-        table = cold(work / "cold", args, {MODES[0]: as_is, MODES[1]: tiered_copy})
-        print_cold(table, "JIT", args.repeat)
+        print(f"working in {work}; {args.items:,} items, "
+              f"{args.subs} subscription(s) and a split", file=sys.stderr)  # fmt: skip
+        variants = {MODES[0]: as_is, MODES[1]: tiered_copy}
+        rows, ratios = cold(work / "cold", args, variants, "JIT")
         if args.warm_passes:
-            print(f"\nwarm, one JVM per mode, best of {args.warm_passes} passes:\n")
-            print("| JIT | time | items/s |\n|---|---|---|")
-            print("\n".join(warm(work / "warm", args)))
+            title = f"Warm, one JVM per mode, best of {args.warm_passes} passes"
+            sections.append((title, [warm(work / "warm", args)]))
+    report(args, cold_title(args.repeat), [rows], [ratios], sections)
 
 
 if __name__ == "__main__":

@@ -13,20 +13,22 @@ First the run that writes the archive (its exit writes it: timed apart), then
 Figures depend on the machine (2 cores here): run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_jvm_start.py [--repeat 5] [--once]
+
+Backs: docs/getting-started.md, 'What the scripts set up' (the class archive's seconds
+saved at start-up), as docs/benchmarks.md's 'Figures on other pages' says.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench_service import shipped_config
-from benchlib import argument_parser, timed, with_spark_setting
+from benchlib import Row, bench_parser, fill_defaults, report, timed, with_spark_setting
 
 ROOT = Path(__file__).resolve().parent.parent
 ROSES = [sys.executable, "-m", "roses_app.cli"]
@@ -58,38 +60,35 @@ def cases(work: Path, fixture: str, once: bool) -> dict[str, tuple[list[str], Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--repeat", type=int, default=5, help="rounds of each (default 5)")
-    parser.add_argument("--fixture", default="spine", help="replay fixture (default spine)")
-    parser.add_argument("--once", action="store_true", help="also `roses once` (shipped)")
+    parser = bench_parser(__doc__, repeat=None)
+    add = parser.add_argument
+    add("--repeat", type=int, help="rounds of each, medians and spread (default 5; --quick 1)")
+    add("--fixture", default="spine", help="replay fixture (default spine)")
+    add("--once", action="store_true", help="also `roses once` (shipped)")
     args = parser.parse_args(argv)
+    fill_defaults(args, {"repeat": (1, 5)})
     work = Path(tempfile.mkdtemp(prefix="roses-jvm-start-"))
-    print(f"working in {work}; nproc {os.cpu_count()}")
-    rows = []
+    print(f"working in {work}", file=sys.stderr)
+    rounds: list[list[Row]] = [[] for _ in range(args.repeat)]  # a run per round
     try:
-        for name, (command, folder, data) in cases(work, args.fixture, args.once).items():
-            cache = work / f"cache-{len(rows)}"  # each case writes its own archive first
+        for n, (name, (command, folder, data)) in enumerate(
+            cases(work, args.fixture, args.once).items()
+        ):
+            cache = work / f"cache-{n}"  # each case writes its own archive first
             env = {**os.environ, "ROSES_CACHE_DIR": str(cache)}
             configs = {on: with_archive(folder / "feeds.yaml", on) for on in (False, True)}
             runs = {on: [*ROSES, *command, "-c", str(configs[on])] for on in (False, True)}
             writing = timed(runs[True], folder, env, data)  # no archive yet: writes it
             size = sum(p.stat().st_size for p in cache.rglob("*.jsa"))
-            times: dict[bool, list[float]] = {False: [], True: []}
-            for _ in range(args.repeat):
-                for on in (False, True):
-                    times[on].append(timed(runs[on], folder, env, data))
-            off, on = statistics.median(times[False]), statistics.median(times[True])
-            rows.append(
-                f"| {name} | {off:.2f} s (best {min(times[False]):.2f}) "
-                f"| {on:.2f} s (best {min(times[True]):.2f}) | {off / on:.2f}× "
-                f"| {writing:.2f} s, {size / 1e6:.0f} MB |"
-            )
+            for k in range(args.repeat):
+                off, on = (timed(runs[on], folder, env, data) for on in (False, True))
+                rounds[k].append({"run": name, "without archive s": off, "with archive s": on,
+                                  "speed-up": off / on, "run writing it s": writing,
+                                  "archive MB": round(size / 1e6)})  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{args.repeat} rounds, medians, each run a fresh process and JVM:\n")
-    print("| run | without archive | with archive | speed-up | run writing it, size |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
+    title = f"A cold run with and without the JVM's class archive, {args.repeat} round(s)"
+    report(args, title, rounds, notes=["Each run a fresh process and JVM."])
     return 0
 
 

@@ -23,6 +23,9 @@ Figures depend on the machine (2 cores here): run it twice and quote the second 
 
     .venv/bin/python benchmarks/bench_late_graph.py [--items 20000] [--readers 1,4,16] \
         [--repeat 2] [--baseline 19c9b1d]
+
+Backs: docs/benchmarks.md, 'The commands' (a late join read by N streams, against a
+baseline commit); no page quotes its figures.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from benchlib import argument_parser, baseline_worktree, fmt, work_folder
+from benchlib import baseline_worktree, bench_parser, fill_defaults, fmt, report, work_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 S = 1_000_000  # µs
@@ -201,41 +205,35 @@ def bench_readers(
     return row
 
 
-def print_table(rows: list[Row], items: int, repeat: int, baseline: str) -> None:
-    pairs = sorted({r.pairs for r in rows})
-    print()
-    print(
-        f"{items:,} items (wire and blog, published 0-20 s out of order, 50 categories); "
-        f"`pairs` published {', '.join(f'{p:,}' for p in pairs)} pairs; best of {repeat}; "
-        "a 2-core machine (local[2]), others' load possible"
-    )
-    print(
-        f"| N readers | this tree: engine s, wall s | baseline {baseline}: engine s, wall s "
-        "| ratio baseline/this (engine) | items/s this | items/s baseline |"
-    )
-    print("|---|" + "---|" * 5)
+def table_rows(rows: list[Row], items: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for r in rows:
         this, base = r.best["this", "engine"], r.best["baseline", "engine"]
-        cells = [
-            str(r.readers),
-            f"{fmt(this)}, {fmt(r.best['this', 'wall'])}",
-            f"{fmt(base)}, {fmt(r.best['baseline', 'wall'])}",
-            f"{base / this:.2f}x",
-            f"{items / this:,.0f}",
-            f"{items / base:,.0f}",
-        ]
-        print("| " + " | ".join(cells) + " |")
+        out.append({
+            "N readers": r.readers,
+            "pairs": r.pairs,
+            "this engine s": this,
+            "this wall s": r.best["this", "wall"],
+            "baseline engine s": base,
+            "baseline wall s": r.best["baseline", "wall"],
+            "ratio baseline/this (engine)": base / this,
+            "items/s this": round(items / this),
+            "items/s baseline": round(items / base),
+        })  # fmt: skip
+    return out
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=20_000)
-    parser.add_argument("--readers", default="1,4,16", help="comma-separated counts of readers")
-    parser.add_argument("--baseline", default="19c9b1d", help="the commit to compare with")
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser = bench_parser(__doc__, repeat=None)
+    add = parser.add_argument
+    add("--items", type=int, help="items (default 20,000; --quick 500)")
+    add("--readers", help="comma-separated counts of readers (default 1,4,16; --quick 1)")
+    add("--baseline", default="19c9b1d", help="the commit to compare with")
+    add("--repeat", type=int, help="runs of each tree, the best kept (default 2; --quick 1)")
+    add("--seed", type=int, default=7)
+    add("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args()
+    fill_defaults(args, {"items": (500, 20_000), "readers": ("1", "1,4,16"), "repeat": (1, 2)})
     counts = [int(n) for n in args.readers.split(",") if n.strip()]
 
     with work_folder("roses-late-graph-", args.keep) as work:
@@ -244,7 +242,14 @@ def main() -> None:
         with baseline_worktree(ROOT, args.baseline, work / "baseline") as baseline:
             trees = {"this": ROOT, "baseline": baseline}
             rows = [bench_readers(trees, work, events, n, args.repeat) for n in counts]
-    print_table(rows, args.items, args.repeat, args.baseline)
+    report(
+        args,
+        f"A join over publication time read by N streams: this tree vs {args.baseline}",
+        [table_rows(rows, args.items)],
+        notes=[f"{args.items:,} items (wire and blog, published 0-20 s out of order, 50 "
+               f"categories); best of {args.repeat}; every run's outputs equal the reference "
+               "engine's (checked)."],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,20 +24,26 @@ ROSES result is then compared with its reference engine on the same items.  Figu
 depend on the machine (2 cores here); run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_lateness.py [--items 100000] [--group 500]
+
+Backs: docs/benchmarks.md, 'The commands' (re-emissions avoided against Spark's Update
+mode); no page quotes its figures.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import re
+import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import argument_parser, work_folder
+from benchlib import Row, bench_parser, fill_defaults, report, work_folder
 
 START = 1_793_491_200_000_000  # 2026-11-01T00:00:00Z in µs
 SECOND = 1_000_000
@@ -228,10 +234,6 @@ def run_update(spark: Any, shape: str, events: list[Any], work: Path) -> Update:
     return out
 
 
-def row(label: str, *cells: object) -> None:
-    print(f"  {label:<38}" + "".join(f"{c!s:>12}" for c in cells))
-
-
 LABELS = [
     "rows emitted",
     "windows first published",
@@ -245,23 +247,21 @@ LABELS = [
 ]
 
 
-def report(shape: str, items: int, roses: Roses, update: Update) -> None:
+def shape_rows(shape: str, items: int, roses: Roses, update: Update) -> tuple[list[Row], list[str]]:
+    """(a row per measure: ROSES and Update mode for each reducer; the notes)."""
     queries = ", ".join(
         f"{q.split('-')[0]} {n:.0f} in {s:.1f}s" for q, (n, s) in roses.batches.items()
     )
-    print(f"  ROSES: {roses.seconds:.1f}s; micro-batches per query: {queries}")
-    print(f"  Update mode: {update.seconds:.1f}s; {update.batches} micro-batches")
-    row("", "categories", "", "count", "")
-    row("", "ROSES", "Update", "ROSES", "Update")
-    rate = f"{items / roses.seconds:,.0f}", f"{items / update.seconds:,.0f}"
-    row("items/s (one run of both reducers)", *rate, *rate)
+    notes = [
+        f"{shape}: ROSES {roses.seconds:.1f}s, micro-batches per query: {queries}; "
+        f"Update mode {update.seconds:.1f}s, {update.batches} micro-batches."
+    ]
     cells: dict[str, list[tuple[int, int]]] = {}
-    ratios: list[str] = []
     for name, events in roses.outputs.items():
         revised = sum(1 for e in events if REVISION.search(e.item))
         tally = roses.tallies["revised"].get(name, 0)
         if revised != tally:
-            print(f"  !! {name}: {revised} revisions published, {tally} counted")
+            notes.append(f"!! {name}: {revised} revisions published, {tally} counted")
         unchanged = roses.tallies["unchanged"].get(name, 0)
         touched = revised + unchanged
         cells[name] = [
@@ -277,58 +277,77 @@ def report(shape: str, items: int, roses: Roses, update: Update) -> None:
         ]
         share = f"{unchanged / touched:.1%}" if touched else "-"
         fewer = f"{1 - revised / update.again:.1%}" if update.again else "-"
-        ratios.append(
-            f"    {shape}/{name}: ROSES avoided {unchanged} of {touched} re-emissions ({share}); "
+        notes.append(
+            f"{shape}/{name}: ROSES avoided {unchanged} of {touched} re-emissions ({share}); "
             f"Update mode re-emitted {update.again} rows ({update.unchanged[name]} unchanged), "
             f"ROSES {revised}: {fewer} fewer"
         )
+    columns = [f"{name} {engine}" for name in REDUCERS for engine in ("ROSES", "Update")]
+    rate = [round(items / roses.seconds), round(items / update.seconds)]
+    rows: list[Row] = [
+        {"window": shape, "measure": "items/s (one run of both reducers)",
+         **dict(zip(columns, rate * len(REDUCERS), strict=True))}
+    ]  # fmt: skip
     for n, label in enumerate(LABELS):
-        row(label, *(c for name in REDUCERS for c in cells[name][n]))
-    print("  re-emissions avoided:", *ratios, sep="\n")
+        values = [c for name in REDUCERS for c in cells[name][n]]
+        rows.append({"window": shape, "measure": label.strip(),
+                     **dict(zip(columns, values, strict=True))})  # fmt: skip
+    return rows, notes
 
 
-def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--group", type=int, default=500, help="items per arrival group")
-    parser.add_argument("--warm-items", type=int, default=10_000, help="items of the warm-up")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    parser.add_argument("--seed", type=int, default=42)
-    args = parser.parse_args()
-
+def measure(work: Path, args: argparse.Namespace, events: list[Any]) -> tuple[list[Row], list[str]]:
     from roses_app.replay import EventList, run_reference
     from roses_app.spark.session import build_session
 
-    events = generate(args.items, args.group, args.seed)
     warm = [e for e in events if e.seq <= args.warm_items]
+    rows: list[Row] = []
+    notes: list[str] = []
+    for shape, ((time_, every), _) in SHAPES.items():
+        folder = work / shape
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        config = make_config(folder, shape, args.master)
+        started = time.perf_counter()
+        spark = build_session(config.settings.spark, work / "cache")
+        run_roses(spark, config, warm, folder)  # JIT, Python workers
+        run_update(spark, shape, warm, folder)
+        ready = time.perf_counter() - started
+        print(f"== {shape} (time {time_}, every {every}): Spark ready and warm on "
+              f"{len(warm)} items in {ready:.1f}s (not counted)", file=sys.stderr)  # fmt: skip
+        roses = run_roses(spark, config, events, folder)
+        update = run_update(spark, shape, events, folder)
+        its_rows, its_notes = shape_rows(shape, args.items, roses, update)
+        reference = run_reference(config, EventList(events, iso_times=True))
+        same = all(sorted(reference[n][""]) == roses.outputs[n] for n in REDUCERS)
+        its_notes.append(f"{shape}: ROSES's Spark result identical to its reference engine: {same}")
+        rows += its_rows
+        notes += its_notes
+    return rows, notes
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--items", type=int, help="items (default 100,000; --quick 1,000)")
+    parser.add_argument("--group", type=int, default=500, help="items per arrival group")
+    add = parser.add_argument
+    add("--warm-items", type=int, help="items of the warm-up (default 10,000; --quick 200)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+    fill_defaults(args, {"items": (1_000, 100_000), "warm_items": (200, 10_000)})
+    events = generate(args.items, args.group, args.seed)
     late = sum(1 for e in events if e.ts - e.published >= 60 * SECOND)
-    print(
+    notes = [
         f"{args.items} items, {-(-args.items // args.group)} arrival groups of {args.group} "
         f"({POLL // SECOND}s apart, one spool file each), {late} out of order "
         f"(1-{LATENESS // 2 // 60 // SECOND} min), lateness {LATENESS // 60 // SECOND} min"
-    )
+    ]
+    runs: list[list[Row]] = []
     with work_folder("roses-bench-lateness-", keep=False) as work:
-        for shape, ((time_, every), _) in SHAPES.items():
-            folder = work / shape
-            folder.mkdir()
-            config = make_config(folder, shape, args.master)
-            started = time.perf_counter()
-            spark = build_session(config.settings.spark, work / "cache")
-            run_roses(spark, config, warm, folder)  # JIT, Python workers
-            run_update(spark, shape, warm, folder)
-            ready = time.perf_counter() - started
-            print(f"\n== {shape} (time {time_}, every {every})")
-            print(f"  Spark ready and warm on {len(warm)} items in {ready:.1f}s (not counted)")
-            roses = run_roses(spark, config, events, folder)
-            update = run_update(spark, shape, events, folder)
-            report(shape, args.items, roses, update)
-            started = time.perf_counter()
-            reference = run_reference(config, EventList(events, iso_times=True))
-            same = all(sorted(reference[n][""]) == roses.outputs[n] for n in REDUCERS)
-            print(
-                f"  ROSES's Spark result identical to its reference engine on the same "
-                f"{args.items} items: {same} (reference: {time.perf_counter() - started:.1f}s)"
-            )
+        for _ in range(args.repeat):
+            rows, run_notes = measure(work, args, events)
+            runs.append(rows)
+    report(args, "Allowed lateness: ROSES vs Spark's Update mode", runs, [*notes, *run_notes])
 
 
 if __name__ == "__main__":

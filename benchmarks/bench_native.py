@@ -25,10 +25,14 @@ Its filter and split are approximations for timing (``trim``, not ``str.strip()`
 the exact rules are the presearcher's (``xmlfn/presearch_terms.py``).
 
     .venv/bin/python benchmarks/bench_native.py [--items 100000] [--repeat 3]
+
+Backs: docs/benchmarks.md, 'The commands' (filters and splits as Catalyst expressions
+vs the fused stage); no page quotes its figures.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +40,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from bench_replay import CONFIGS, HEAD, generate
-from benchlib import argument_parser
+from benchlib import Row, bench_parser, fill_defaults, report
 
 SCHEMA = "`title` ARRAY<STRING>, `category` ARRAY<STRING>, `guid` ARRAY<STRING>"
 
@@ -110,10 +114,12 @@ def timed(run: Callable[[], int], repeat: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = bench_parser(__doc__, repeat=None)
+    add = parser.add_argument
+    add("--items", type=int, help="items (default 100,000; --quick 2,000)")
+    add("--repeat", type=int, help="timings of each, the best kept (default 3; --quick 1)")
     args = parser.parse_args()
+    fill_defaults(args, {"items": (2_000, 100_000), "repeat": (1, 3)})
 
     from roses_app.algebra.planner.program import build_program
     from roses_app.algebra.planner.rewrite import rewrite_streams
@@ -150,15 +156,17 @@ def main() -> None:
     }
     for run in runs.values():  # warm-up: JIT, Python workers
         run()
-    print(f"{args.items} items, filter + split, best of {args.repeat}:")
     base = None
+    table: list[Row] = []
     for name, run in runs.items():
         seconds, rows = timed(run, args.repeat)
         base = base or seconds
-        print(
-            f"{name:>12}: {seconds:6.2f}s = {args.items / seconds:9.0f} items/s, "
-            f"{rows} rows, {base / seconds:4.2f}x the fused stage"
-        )
+        table.append({"way": name, "s": seconds, "items/s": round(args.items / seconds),
+                      "rows": rows, "vs the fused stage": base / seconds})  # fmt: skip
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    title = f"Filters and splits in the JVM vs the fused stage: {args.items:,} items"
+    report(args, title, [table], notes=[f"Filter + split, best of {args.repeat}."])
 
 
 if __name__ == "__main__":

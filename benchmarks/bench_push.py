@@ -18,6 +18,9 @@ The source is polled rarely (fetch.min_every 30m), so what arrives comes by push
     .venv/bin/python benchmarks/bench_push.py [--probes 60] [--interval 0.5] [--trigger 0.5s]
 
 Network: 127.0.0.1 only. Figures depend on the machine: run twice, quote the second.
+
+Backs: docs/benchmarks.md, section 'Item-to-feed latency' (the rows pushed by a
+source's hub: to the published feed, delivered by ROSES's hub; spool -> delivered).
 """
 
 from __future__ import annotations
@@ -37,10 +40,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-import bench_scale as scale
 import httpx
 from bench_service import Daemon, Watcher, free_port, percentile, spool_times, wait_for_all
-from benchlib import work_folder
+from benchlib import Row, bench_parser, fill_defaults, report, work_folder
 
 from roses_app.websub_signature import sign
 
@@ -222,52 +224,63 @@ def run(folder: Path, args: argparse.Namespace) -> dict[str, dict[int, float]]:
     }
 
 
-def report(figures: dict[str, dict[int, float]], args: argparse.Namespace) -> None:
-    print("# WebSub latency through `roses run`\n")
-    print(scale.machine() + f"  Spark master {args.master}.\n")
-    trigger = args.trigger or "the default"
-    print(f"{args.probes} probes, one every {args.interval} s, spark.trigger {trigger}; "
-          f"warm: the probes after the first {args.warmup} s (the first batches with data "
-          "pay the JVM's compilation and the Python workers' start):\n")  # fmt: skip
-    print("| path | probes | seen | p50 s | p99 s | max s |")
-    print("|---|---|---:|---:|---:|---:|")
+def figure_rows(figures: dict[str, dict[int, float]], args: argparse.Namespace) -> list[Row]:
+    """A row per path and probes (all, warm): seen, p50, p99, max (seconds)."""
     first_warm = math.ceil(args.warmup / args.interval)
+    rows: list[Row] = []
     for label, by_probe in figures.items():
         for which, values in (
             ("all", list(by_probe.values())),
             ("warm", [v for k, v in by_probe.items() if k >= first_warm]),
         ):
             expected = args.probes if which == "all" else args.probes - first_warm
-            cells = (
-                [f"{percentile(values, p):.2f}" for p in (50, 99)] + [f"{max(values):.2f}"]
-                if values
-                else ["-"] * 3
-            )
-            print(
-                f"| {label} | {which} | {len(values)} of {expected} | " + " | ".join(cells) + " |"
-            )
-    slow = {k: round(v, 2) for k, v in figures["push -> delivered by ROSES's hub"].items()}
-    print(f"\npush -> delivered, by probe: {slow}")
+            rows.append({
+                "path": label, "probes": which, "seen": len(values), "of": expected,
+                "p50 s": percentile(values, 50) if values else None,
+                "p99 s": percentile(values, 99) if values else None,
+                "max s": max(values) if values else None,
+            })  # fmt: skip
+    return rows
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probes", type=int, default=60)
-    parser.add_argument("--interval", type=float, default=0.5)
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds not counted as warm")
-    parser.add_argument("--trigger", default="", help="settings.spark.trigger (default: ROSES's)")
-    parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--start-timeout", type=float, default=180.0)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    return parser.parse_args(argv)
+    parser = bench_parser(__doc__)
+    add = parser.add_argument
+    add("--probes", type=int, help="probes (default 60; --quick 8)")
+    add("--interval", type=float, help="seconds between probes (default 0.5; --quick 0.3)")
+    add("--warmup", type=float, help="seconds not counted as warm (default 5; --quick 1)")
+    add("--trigger", default="", help="settings.spark.trigger (default: ROSES's)")
+    add("--master", default="local[*]")
+    add("--start-timeout", type=float, default=180.0)
+    add("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args(argv)
+    fill_defaults(args, {"probes": (8, 60), "interval": (0.3, 0.5), "warmup": (1.0, 5.0)})
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    found = []
     with work_folder("roses-bench-push-", args.keep) as work:
-        figures = run(work, args)
-    report(figures, args)
-    return 0 if all(len(v) == args.probes for v in figures.values()) else 1
+        for k in range(args.repeat):
+            folder = work / f"run-{k}"
+            folder.mkdir()
+            found.append(run(folder, args))
+    trigger = args.trigger or "the default"
+    slow = {k: round(v, 2) for k, v in found[-1]["push -> delivered by ROSES's hub"].items()}
+    report(
+        args,
+        "WebSub latency through `roses run`",
+        [figure_rows(figures, args) for figures in found],
+        notes=[
+            f"{args.probes} probes, one every {args.interval} s, spark.trigger {trigger}; warm: "
+            f"the probes after the first {args.warmup} s (the first batches with data pay the "
+            f"JVM's compilation and the Python workers' start); Spark master {args.master}.",
+            f"push -> delivered, by probe (the last run): {slow}",
+        ],
+    )
+    every = all(len(v) == args.probes for figures in found for v in figures.values())
+    return 0 if every else 1
 
 
 if __name__ == "__main__":

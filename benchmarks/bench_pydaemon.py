@@ -13,15 +13,18 @@ show it; the net time should not move.
 Figures depend on the machine (2 cores here): run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_pydaemon.py [--items 20000] [--subs 1] [--repeat 3] [--once]
+
+Backs: docs/benchmarks.md, 'The commands' (Spark's Python daemon vs ROSES's); no page
+quotes its figures.
 """
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 
-from benchlib import argument_parser, with_spark_setting, work_folder
-from coldruns import add_cold_arguments, as_is, cold, print_cold
+from benchlib import bench_parser, report, with_spark_setting, work_folder
+from coldruns import add_cold_arguments, as_is, cold, cold_title, fill_cold_defaults
 
 SPARKS = "pyspark.daemon (zip)"
 OURS = "roses_app.spark.pydaemon"
@@ -34,14 +37,16 @@ def sparks_daemon(config: Path) -> Path:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, repeat=None)
     add_cold_arguments(parser, items=20_000)
     args = parser.parse_args()
+    fill_cold_defaults(args)
     with work_folder("roses-pydaemon-", keep=False) as work:
-        print(f"working in {work}; nproc {os.cpu_count()}; {args.items:,} items, "
-              f"{args.subs} subscription(s) and a split")  # fmt: skip
-        table = cold(work / "cold", args, {SPARKS: sparks_daemon, OURS: as_is})
-        print_cold(table, "Python daemon", args.repeat)
+        print(f"working in {work}; {args.items:,} items, "
+              f"{args.subs} subscription(s) and a split", file=sys.stderr)  # fmt: skip
+        variants = {SPARKS: sparks_daemon, OURS: as_is}
+        rows, ratios = cold(work / "cold", args, variants, "Python daemon")
+    report(args, cold_title(args.repeat), [rows], notes=[ratios])
 
 
 if __name__ == "__main__":

@@ -57,6 +57,10 @@ weighs on the replay's time (--work on a tmpfs such as /dev/shm takes it out).
         [--once-items [M]] [--repeat K] [--work DIR] [--timeout 3600]
     .venv/bin/python benchmarks/bench_scale.py --subs 10,100000 --skip-reference \
         --skip-baselines --selectivity-items 200    # the 100,000 subscriptions' goals
+
+Backs: docs/benchmarks.md, sections 'Subscriptions file' (`roses check` and `roses
+explain` at 100,000 subscriptions) and 'Replay' (10,000 and 100,000 subscriptions over
+100,000 items: time and peak memory); its own --repeat keeps the best Spark run.
 """
 
 from __future__ import annotations
@@ -64,7 +68,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -75,7 +78,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import add_master_and_seed, argument_parser, fill_defaults, fmt, work_folder
+import benchlib
+from benchlib import add_master_and_seed, bench_parser, fill_defaults, fmt, machine, work_folder
 from proctree import PeakSampler, exit_on_sigterm, stop_tree
 
 # bench_service.py reads the workload through this module (scale.generate_items...)
@@ -610,22 +614,20 @@ What the figures mean:
 - ratios: the second measure's time / the first's (above 1: the first is faster)."""
 
 
-def table(rows: Sequence[Row]) -> list[str]:
-    lines = [
-        "| N | measure | items | time s | wall s | items/s | pairs/s | peak RSS MB | matches "
-        "| note |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+def table_rows(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """The rows as the harness's table: named fields, None for a figure not measured."""
+    out: list[dict[str, Any]] = []
     for r in rows:
         rate = r.items / r.seconds if r.seconds and r.measure not in NO_RATE else None
         pairs = rate * r.n if rate is not None else None
-        rss = r.peak_rss / 2**20 if r.peak_rss else None
-        lines.append(
-            f"| {r.n:,} | {r.measure} | {r.items:,} | {fmt(r.seconds)} | {fmt(r.wall)} "
-            f"| {fmt(rate, ',.0f')} | {fmt(pairs, ',.0f')} | {fmt(rss, ',.0f')} "
-            f"| {fmt(r.matches, ',d')} | {r.note} |"
-        )
-    return lines
+        out.append({
+            "N": r.n, "measure": r.measure, "items": r.items, "time s": r.seconds,
+            "wall s": r.wall, "items/s": None if rate is None else round(rate),
+            "pairs/s": None if pairs is None else round(pairs),
+            "peak RSS MB": round(r.peak_rss / 2**20) if r.peak_rss else None,
+            "matches": r.matches, "note": r.note,
+        })  # fmt: skip
+    return out
 
 
 def find(rows: Sequence[Row], n: int, measure: str) -> Row | None:
@@ -737,48 +739,39 @@ def large_goals(rows: Sequence[Row]) -> list[str]:
     ]
 
 
-def machine() -> str:
-    with open("/proc/meminfo") as fh:
-        memory = dict(line.split(":", 1) for line in fh)
-    ram = int(memory["MemTotal"].split()[0]) / 2**20
-    usable = len(os.sched_getaffinity(0))
-    load = os.getloadavg()[0]
-    return (
-        f"Machine: nproc {usable} (of {os.cpu_count()} CPUs), {ram:.1f} GiB RAM, load average"
-        f" {load:.2f} at the start; Python {sys.version.split()[0]}.  Shared machines and"
-        " other load change the figures: run twice and quote the second run."
-    )
-
-
-def report(bench: Bench, subs: Sequence[int], caveat: str) -> None:
+def report(bench: Bench, subs: Sequence[int]) -> None:
     args = bench.args
-    print(f"# ROSES at scale: {len(bench.items):,} items over {len(SOURCES)} sources\n")
-    print(caveat + f"  Spark master {args.master}; workload {args.workload}.\n")
-    print("\n".join(table(bench.rows)) + "\n")
-    print("Selectivity: matching subscriptions per item, and the output events written:\n")
-    print("\n".join(selectivity(bench, subs)) + "\n")
-    print("Speed ratios (the second's time / the first's; above 1: the first is faster):\n")
-    print("\n".join(ratios(bench.rows, subs)) + "\n")
+    identical = []
     for n in subs:
         if n in bench.identical:
-            print(f"- N={n:,}: spark and reference outputs identical: {bench.identical[n]}")
+            identical.append(
+                f"- N={n:,}: spark and reference outputs identical: {bench.identical[n]}"
+            )
         if n in bench.agreement:
-            print(f"- N={n:,}: naive and lxml baselines agree: {bench.agreement[n]}")
-    print("\nGoals (issue), on the Spark engine:\n")
+            identical.append(f"- N={n:,}: naive and lxml baselines agree: {bench.agreement[n]}")
     once_items = min(len(bench.items), args.once_per_feed * len(SOURCES))
-    print("\n".join(goals(bench.rows, once_items)))
-    print("\n" + LEGEND)
+    notes = [
+        f"Spark master {args.master}; workload {args.workload}.",
+        "Selectivity: matching subscriptions per item, and the output events written:\n\n"
+        + "\n".join(selectivity(bench, subs)),
+        "Speed ratios (the second's time / the first's; above 1: the first is faster):\n\n"
+        + "\n".join(ratios(bench.rows, subs)),
+        *(["\n".join(identical)] if identical else []),
+        "Goals (issue), on the Spark engine:\n\n" + "\n".join(goals(bench.rows, once_items)),
+        LEGEND,
+    ]
+    title = f"ROSES at scale: {len(bench.items):,} items over {len(SOURCES)} sources"
+    benchlib.report(args, title, [table_rows(bench.rows)], notes)
 
 
 # -- command line -----------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, quick="a small smoke run: 1,000 items, N = 1,10", repeat=None)
     add = parser.add_argument
     add("--items", type=int, help="generated items (default 100,000; --quick: 1,000)")
     add("--subs", help="comma-separated subscription counts (default 1,10,100,1000,10000)")
-    add("--quick", action="store_true", help="a small smoke run: 1,000 items, N = 1,10")
     add("--workload", choices=WORKLOADS, default=DEFAULT_WORKLOAD, help="see above")
     add(
         "--selectivity-items",
@@ -856,9 +849,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(worker(args)))
         return 0
     subs = subscription_counts(args)
-    caveat = machine()
     with work_folder("roses-scale-", args.keep, args.work) as work:
-        print(f"working in {work}; {caveat}", file=sys.stderr)
+        print(f"working in {work}; {machine()}", file=sys.stderr)
         started = time.perf_counter()
         items = generate_items(args.items, args.seed, args.workload)
         events, startup_events = work / "events.jsonl", work / "events-startup.jsonl"
@@ -873,7 +865,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warm_up(bench)
         for n in subs:
             measure_n(bench, n)
-    report(bench, subs, caveat)
+    report(bench, subs)
     return 0
 
 

@@ -23,6 +23,9 @@ Figures depend on the machine; run it twice and quote the second run.
 
     .venv/bin/python benchmarks/bench_service.py [--quick] [--subs 1000] [--idle 60]
         [--latency-items 100] [--skip-shipped] [--skip-generated] [--skip-latency]
+
+Backs: docs/benchmarks.md, section 'Item-to-feed latency' (spool -> published feed,
+warm and all, p50/p99; idle CPU of the shipped feeds.yaml and of 1,000 subscriptions).
 """
 
 from __future__ import annotations
@@ -49,9 +52,18 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
-import bench_scale as scale  # the generators, `roses` and the machine
+import bench_scale as scale  # the generators and `roses`
+import benchlib
 import proctree
-from benchlib import add_master_and_seed, argument_parser, fill_defaults, fmt, work_folder
+from benchlib import (
+    Row,
+    Section,
+    add_master_and_seed,
+    bench_parser,
+    fill_defaults,
+    fmt,
+    work_folder,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -518,65 +530,87 @@ def spool_times(root: Path) -> dict[int, float]:
 # -- report and command line ------------------------------------------------------------
 
 
-def report(runs: Sequence[ServiceRun], latency: Latency | None, args: argparse.Namespace) -> None:
-    print("# ROSES as a service (`roses run`)\n")
-    print(scale.machine() + f"  Spark master {args.master}.\n")
-    if runs:
-        print(
-            "| config | /healthz 200 s | first feed served s | feed | settled s "
-            "| idle CPU % of one core | idle RSS MB | batches / rows written while idle "
-            "| SIGINT to exit s | exit code | note |"
-        )
-        print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
-    for r in runs:
-        rss = r.idle_rss / 2**20 if r.idle_rss else None
-        cells = [
-            r.label,
-            fmt(r.healthy_s, ".1f"),
-            fmt(r.first_feed_s, ".1f"),
-            r.first_feed,
-            fmt(r.settled_s, ".1f"),
-            fmt(r.idle_cpu, ".1f"),
-            fmt(rss, ",.0f"),
-            r.idle_writes,
-            fmt(r.stop_s, ".1f"),
-            fmt(r.exit_code, "d"),
-            r.note,
-        ]
-        print("| " + " | ".join(cells) + " |")
-    if latency is not None:
-        values = latency.latencies
-        print(
-            f"\nLatency, local feed -> published feed (every: {args.every}, trigger: "
-            f"{args.trigger or 'the default'}, one probe every {args.interval}s; "
-            "daemon healthy after "
-            f"{fmt(latency.ready_s, '.1f')}s):\n"
-        )
+def run_rows(runs: Sequence[ServiceRun]) -> list[Row]:
+    return [
+        {
+            "config": r.label,
+            "/healthz 200 s": r.healthy_s,
+            "first feed served s": r.first_feed_s,
+            "feed": r.first_feed,
+            "settled s": r.settled_s,
+            "idle CPU % of one core": r.idle_cpu,
+            "idle RSS MB": round(r.idle_rss / 2**20) if r.idle_rss else None,
+            "batches / rows written while idle": r.idle_writes,
+            "SIGINT to exit s": r.stop_s,
+            "exit code": r.exit_code,
+            "note": r.note,
+        }
+        for r in runs
+    ]
+
+
+def latency_rows(latency: Latency) -> list[Row]:
+    """A row per path measured: probes seen, p50, p99, max (seconds)."""
+    rows: list[Row] = []
+    for path, values in (
+        ("local feed -> published feed", latency.latencies),
+        ("spool -> published feed (read every 0.2 s)", latency.inside),
+        (f"the same, warm (after the first {WARMUP_SECONDS:.0f} s)", latency.inside_warm),
+    ):
         if values:
-            print(
-                f"- {len(values)} of {latency.sent} probes: p50 {percentile(values, 50):.2f}s, "
-                f"p99 {percentile(values, 99):.2f}s, mean {sum(values) / len(values):.2f}s, "
-                f"min {min(values):.2f}s, max {max(values):.2f}s"
-            )
-        inside = latency.inside
-        if inside:
-            print(
-                f"- inside ROSES, spool -> published feed (read every 0.2 s): "
-                f"p50 {percentile(inside, 50):.2f}s, p99 {percentile(inside, 99):.2f}s, "
-                f"max {max(inside):.2f}s"
-            )
-        warm = latency.inside_warm
-        if warm:
-            print(
-                f"- the same, warm (probes after the first {WARMUP_SECONDS:.0f} s): "
-                f"p50 {percentile(warm, 50):.2f}s, p99 {percentile(warm, 99):.2f}s, "
-                f"max {max(warm):.2f}s"
-            )
+            rows.append({"path": path, "probes": latency.sent, "seen": len(values),
+                         "p50 s": percentile(values, 50), "p99 s": percentile(values, 99),
+                         "mean s": sum(values) / len(values), "max s": max(values)})  # fmt: skip
+    return rows
+
+
+def measure(work: Path, args: argparse.Namespace) -> tuple[list[Row], list[Row], list[str]]:
+    """One run of every part not skipped, in `work`: (the cold starts' rows, the
+    latency's rows, notes)."""
+    runs: list[ServiceRun] = []
+    latency = None
+    if not args.skip_shipped:
+        port = free_port()
+        config, candidates = shipped_config(work / "shipped", port)
+        runs.append(cold_start("shipped feeds.yaml", config, port, candidates, args))
+    if not args.skip_generated:
+        port = free_port()
+        (work / "generated").mkdir(parents=True)
+        config, candidates = generated_config(work / "generated", port, args)
+        label = f"generated, {args.subs:,} subscriptions"
+        runs.append(cold_start(label, config, port, candidates, args))
+    notes = []
+    latency_table: list[Row] = []
+    if not args.skip_latency:
+        latency = measure_latency(work / "latency", args)
+        latency_table = latency_rows(latency)
         stop, code = fmt(latency.stop_s, ".1f"), fmt(latency.exit_code, "d")
-        print(f"- SIGINT to exit {stop}s, exit code {code}")
-        if latency.note:
-            print(f"- note: {latency.note}")
-    print(LEGEND)
+        notes.append(
+            f"Latency run: daemon healthy after {fmt(latency.ready_s, '.1f')}s; SIGINT to "
+            f"exit {stop}s, exit code {code}." + (f"  {latency.note}" if latency.note else "")
+        )
+    return run_rows(runs), latency_table, notes
+
+
+def report(args: argparse.Namespace, found: list[tuple[list[Row], list[Row], list[str]]]) -> None:
+    """The cold starts' table and the latency's (each repeat's rows), notes, legend."""
+    latency_title = (
+        f"Latency (every: {args.every}, trigger: {args.trigger or 'the default'}, one probe "
+        f"every {args.interval}s)"
+    )
+    tables: list[Section] = [
+        (title, runs)
+        for title, runs in (
+            ("ROSES as a service (`roses run`): cold start, idle CPU", [f[0] for f in found]),
+            (latency_title, [f[1] for f in found]),
+        )
+        if runs[0]
+    ]
+    if not tables:
+        raise SystemExit("nothing was measured: every part was skipped or saw no probe")
+    notes = [f"Spark master {args.master}.", *(n for f in found for n in f[2]), LEGEND]
+    (title, first), *rest = tables
+    benchlib.report(args, title, first, notes, rest)
 
 
 LEGEND = """
@@ -598,9 +632,8 @@ What the figures mean:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, quick="a small smoke run (idle 10 s, 10 probes, 20 subs)")
     add = parser.add_argument
-    add("--quick", action="store_true", help="a small smoke run (idle 10 s, 10 probes, 20 subs)")
     add("--subs", type=int, help="subscriptions of the generated config (default 1,000)")
     add("--per-feed", type=int, help="items per generated feed file (default 200)")
     add("--idle", type=float, help="seconds of idle CPU measurement (default 60)")
@@ -649,23 +682,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     proctree.exit_on_sigterm()
-    runs: list[ServiceRun] = []
-    latency = None
+    found = []
     with work_folder("roses-service-", args.keep) as work:
         print(f"working in {work}", file=sys.stderr)
-        if not args.skip_shipped:
-            port = free_port()
-            config, candidates = shipped_config(work / "shipped", port)
-            runs.append(cold_start("shipped feeds.yaml", config, port, candidates, args))
-        if not args.skip_generated:
-            port = free_port()
-            (work / "generated").mkdir()
-            config, candidates = generated_config(work / "generated", port, args)
-            label = f"generated, {args.subs:,} subscriptions"
-            runs.append(cold_start(label, config, port, candidates, args))
-        if not args.skip_latency:
-            latency = measure_latency(work / "latency", args)
-    report(runs, latency, args)
+        for k in range(args.repeat):
+            found.append(measure(work / f"run-{k}", args))
+    report(args, found)
     return 0
 
 

@@ -17,16 +17,20 @@ prints the wall time, the stateful operators of the generation query (Spark's
 reference engine.  Figures depend on the machine (2 cores here).
 
     .venv/bin/python benchmarks/bench_shared.py [--items 50000] [--streams 20]
+
+Backs: docs/benchmarks.md, 'The commands' (shared heads: N streams reading one
+aggregate, against N aggregates); no page quotes its figures.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from bench_replay import generate
-from benchlib import argument_parser, work_folder
+from benchlib import Row, bench_parser, fill_defaults, repeated, report, work_folder
 
 HEAD = """
 settings: {{data_dir: {data}, spark: {{master: "local[2]", shuffle_partitions: 2}}}}
@@ -89,45 +93,53 @@ def run(spark: Any, config: Any, events: Any, work: Path) -> tuple[float, int, A
     return seconds, operators, outputs
 
 
-def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--items", type=int, default=50_000)
-    parser.add_argument("--streams", type=int, default=20)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    args = parser.parse_args()
-
+def measure(work: Path, items: int, streams: int) -> list[Row]:
+    """Both configurations over the same events, in `work`: a row each."""
     from roses_app.config import load_config
     from roses_app.replay import read_events, run_reference
     from roses_app.spark.session import build_session
 
+    events = read_events(work.parent / "events.jsonl")
+    rows: list[Row] = []
+    for name, body in (("shared", shared_config(streams)), ("separate", separate_config(streams))):
+        folder = work / name
+        folder.mkdir(parents=True)
+        (folder / "feeds.yaml").write_text(HEAD.format(data=folder / "data") + body)
+        config = load_config(folder / "feeds.yaml")
+        spark = build_session(config.settings.spark, work.parent / "cache")
+        warm = read_events(work.parent / "events.jsonl")
+        warm.events[:] = warm.events[:500]
+        run(spark, config, warm, folder / "warm")  # Python workers, JIT
+        seconds, operators, outputs = run(spark, config, events, folder / "run")
+        row: Row = {"configuration": name, "streams": streams, "items": items, "s": seconds,
+                    "stateful operators": operators}  # fmt: skip
+        if name == "shared":
+            reference = run_reference(config, events)
+            row["same as the reference"] = all(
+                outputs[s] == reference[s].get("", []) for s in outputs
+            )
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--items", type=int, help="items (default 50,000; --quick 1,000)")
+    parser.add_argument("--streams", type=int, help="streams (default 20; --quick 3)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args()
+    fill_defaults(args, {"items": (1_000, 50_000), "streams": (3, 20)})
     with work_folder("roses-bench-shared-", args.keep) as work:
         generate(work / "events.jsonl", args.items)
-        events = read_events(work / "events.jsonl")
-        results = {}
-        for name, body in (
-            ("shared", shared_config(args.streams)),
-            ("separate", separate_config(args.streams)),
-        ):
-            folder = work / name
-            folder.mkdir()
-            (folder / "feeds.yaml").write_text(HEAD.format(data=folder / "data") + body)
-            config = load_config(folder / "feeds.yaml")
-            spark = build_session(config.settings.spark, work / "cache")
-            warm = read_events(work / "events.jsonl")
-            warm.events[:] = warm.events[:500]
-            run(spark, config, warm, folder / "warm")  # Python workers, JIT
-            seconds, operators, outputs = run(spark, config, events, folder / "run")
-            results[name] = seconds
-            print(
-                f"{name:>9}: {args.streams} streams, {args.items} items: {seconds:6.1f} s, "
-                f"{operators} stateful operator(s)"
-            )
-            if name == "shared":
-                reference = run_reference(config, events)
-                same = all(outputs[s] == reference[s].get("", []) for s in outputs)
-                print(f"           outputs identical to the reference engine: {same}")
-        ratio = results["separate"] / results["shared"]
-        print(f"separate / shared: {ratio:.2f}x the time")
+        count = iter(range(args.repeat))
+        runs = repeated(args, lambda: measure(work / f"run{next(count)}", args.items, args.streams))
+    ratios = [run[1]["s"] / run[0]["s"] for run in runs]
+    report(
+        args,
+        f"{args.streams} streams reading one windowed aggregate vs {args.streams} aggregates",
+        runs,
+        notes=[f"separate / shared: {statistics.median(ratios):.2f}x the time"],
+    )
 
 
 if __name__ == "__main__":

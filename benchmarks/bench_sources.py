@@ -41,6 +41,10 @@ depend on the machine: run twice and quote the second run.
         [--rate-mult 1] [--settle SECONDS] [--extra-fetch concurrency=200 ...]
         [--extra-spark busy_trigger=0s ...] [--no-history]
         [--master local[2]] [--work DIR] [--keep]
+
+Backs: docs/benchmarks.md, section 'Polling many feeds' (every table and figure of
+1,000 to 100,000 feeds, fixed and adaptive: polls due/done, lag, completeness,
+freshness, CPU, memory; the footnoted command lines say which run).
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import signal
@@ -63,11 +66,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import benchlib
 import proctree
 from bench_hostile_memory import cmdline
-from bench_scale import machine, roses_command
+from bench_scale import roses_command
 from bench_service import Daemon, free_port, http_get, percentile
-from benchlib import argument_parser, fmt, work_folder
+from benchlib import Row, bench_parser, fill_defaults, fmt, work_folder
 from feedfarm import FarmConfig, FeedFarm
 
 from roses_app.config.durations import parse_duration
@@ -602,63 +606,58 @@ def _pct(values: Sequence[float], p: float) -> float | None:
     return percentile(values, p) if values else None
 
 
-HEADER = (
-    "| N | mode | start s (any / 200) | stop s | polls due | done | gap p50/p99 s "
-    "| lag p50/p99 s | complete % | fresh p50/p99 s | polls/item | cores main/jvm/spark py/"
-    "parse/other | farm cores | peak RSS tree / main MB | note |"
-)
-
-
-def table_row(run: Run) -> str:
+def table_row(run: Run) -> Row:
     f = run.figures
-    cores = "/".join(f"{run.cores.get(k, 0.0):.2f}" for k in KINDS) if run.cores else "-"
-    stop = fmt(run.stop_s, ".1f") + (" killed" if run.killed else "")
-    cells = [
-        f"{run.n:,}",
-        run.mode,
-        pair(run.start_any, run.start_ok),
-        stop,
-        fmt(f.get("due"), ",.0f"),
-        fmt(f.get("done"), ",.0f"),
-        pair(f.get("gap_p50"), f.get("gap_p99"), ".0f"),
-        pair(f.get("lag_p50"), f.get("lag_p99"), ".2f"),
-        fmt(f.get("complete"), ".1f"),
-        pair(f.get("fresh_p50"), f.get("fresh_p99")),
-        fmt(f.get("polls_per_item"), ".1f"),
-        cores,
-        f"{run.farm_cores:.2f}" if run.figures else "-",
-        f"{mb(run.peak_tree)} / {mb(run.peak_main)}" if run.peak_tree else "-",
-        "; ".join(run.note)[:120],
-    ]
-    return "| " + " | ".join(cells) + " |"
+    row: Row = {
+        "N": run.n, "mode": run.mode, "start s (any)": run.start_any,
+        "start s (200)": run.start_ok, "stop s": run.stop_s, "killed": run.killed,
+        "polls due": _int(f.get("due")), "done": _int(f.get("done")),
+        "gap p50 s": f.get("gap_p50"), "gap p99 s": f.get("gap_p99"),
+        "lag p50 s": f.get("lag_p50"), "lag p99 s": f.get("lag_p99"),
+        "complete %": f.get("complete"), "fresh p50 s": f.get("fresh_p50"),
+        "fresh p99 s": f.get("fresh_p99"), "polls/item": f.get("polls_per_item"),
+    }  # fmt: skip
+    row |= {f"cores {kind}": run.cores.get(kind) if run.cores else None for kind in KINDS}
+    row |= {
+        "farm cores": run.farm_cores if run.figures else None,
+        "peak RSS tree MB": round(run.peak_tree / MIB) if run.peak_tree else None,
+        "peak RSS main MB": round(run.peak_main / MIB) if run.peak_tree else None,
+        "note": "; ".join(run.note)[:120],
+    }
+    return row
 
 
-def report(runs: Sequence[Run], args: argparse.Namespace) -> None:
-    print("# `roses run` polling a local feed farm\n")
-    print("Command: " + shlex.join([sys.executable, *sys.argv]))
-    print(machine() + f"  Linux {platform.release()}.\n")
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def report(runs: Sequence[Sequence[Run]], args: argparse.Namespace) -> None:
+    """Each repeat's runs: a row per N and mode, medians over the repeats."""
     adaptive = ", ".join(f"{k}: {v}" for k, v in fetch_settings("adaptive", 1, args).items())
-    print(
-        f"{args.minutes:g} min per run from the launch; fixed: every {args.every}; adaptive: "
-        f"settings.fetch {{{adaptive}}} (the budget for N = 1, times N); publication rates "
-        f"x{args.rate_mult:g}.\n"
+    benchlib.report(
+        args,
+        "`roses run` polling a local feed farm",
+        [[table_row(run) for run in repeat] for repeat in runs if repeat],
+        notes=[
+            "Command: " + shlex.join([sys.executable, *sys.argv]),
+            f"{args.minutes:g} min per run from the launch; fixed: every {args.every}; "
+            f"adaptive: settings.fetch {{{adaptive}}} (the budget for N = 1, times N); "
+            f"publication rates x{args.rate_mult:g}.",
+            LEGEND,
+        ],
     )
-    print(HEADER)
-    print("|---:|---|" + "---:|" * 12 + "---|")
-    for run in runs:
-        print(table_row(run))
 
 
 # -- command line ------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, quick="200 feeds, fixed mode, every 20s, 1 minute per run")
     add = parser.add_argument
-    add("--feeds", default="1000,10000,100000", help="numbers of feeds (comma-separated)")
-    add("--modes", default="fixed,adaptive", help="refresh modes: fixed, adaptive or both")
-    add("--minutes", type=float, default=30.0, help="minutes per run, from the launch (30)")
-    add("--every", default="5m", help="the fixed mode's interval (5m)")
+    add("--feeds", help="numbers of feeds, comma-separated (1000,10000,100000; --quick 200)")
+    add("--modes", help="refresh modes: fixed, adaptive or both (both; --quick fixed)")
+    add("--minutes", type=float, help="minutes per run, from the launch (30; --quick 1)")
+    add("--every", help="the fixed mode's interval (5m; --quick 20s)")
     add("--max-every", default="15m", help="the adaptive mode's max_every (15m)")
     add("--settle", type=float, help="seconds: items published later are not counted")
     add("--rate-mult", type=float, default=1.0, help="publication rates x this (10: 10x mode)")
@@ -672,6 +671,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--work", help="working folder (default: a new temporary one)")
     add("--keep", action="store_true", help="keep the working folder (configs, data, logs)")
     args = parser.parse_args(argv)
+    fill_defaults(args, {"feeds": ("200", "1000,10000,100000"), "minutes": (1.0, 30.0),
+                         "modes": ("fixed", "fixed,adaptive"), "every": ("20s", "5m")})  # fmt: skip
     args.feed_counts = [int(v) for v in args.feeds.split(",") if v.strip()]
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     if unknown := set(args.mode_list) - set(MODES):
@@ -691,19 +692,23 @@ def runs_of(args: argparse.Namespace, work: Path) -> Iterator[Run]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     proctree.exit_on_sigterm()
-    runs: list[Run] = []
+    runs: list[list[Run]] = []
     with work_folder("roses-sources-", args.keep, args.work) as work:
         print(f"working in {work}", file=sys.stderr)
         try:
-            runs.extend(runs_of(args, work))
+            for k in range(args.repeat):
+                folder = work / f"run-{k}" if args.repeat > 1 else work
+                folder.mkdir(exist_ok=True)
+                runs.append([])
+                for run in runs_of(args, folder):
+                    runs[-1].append(run)
         finally:
-            report(runs, args)
-            print(LEGEND)
+            if runs:  # what was measured before a failure or a SIGTERM, too
+                report(runs, args)
     return 0
 
 
-LEGEND: str = """
-Figures depend on the machine (and on what else runs on it); run twice, quote the second.
+LEGEND: str = """\
 start: launch -> first /healthz answer / first 200.  due: fixed, per feed the intervals
 since the feed's first request (at the latest one interval after the daemon's first) + 1;
 adaptive, the budget over the time since the daemon's first request.  done:

@@ -13,6 +13,9 @@ compiles during the first passes.  Figures depend on the machine: run twice.
 
     .venv/bin/python benchmarks/bench_trigger.py [--triggers 0.5,1,2,5] [--seconds 20]
         [--files 300] [--lines 20] [--master local[2]] [--quick]
+
+Backs: docs/operating.md, the trigger's default (`500ms`) and docs/benchmarks.md,
+'Polling many feeds' (Spark's trigger while spool files keep arriving).
 """
 
 from __future__ import annotations
@@ -26,8 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
-from bench_scale import machine
-from benchlib import argument_parser, fill_defaults
+from benchlib import Row, bench_parser, fill_defaults, repeated, report
 from proctree import cpu_seconds
 from pyspark.sql import DataFrame, SparkSession
 
@@ -85,38 +87,47 @@ def one_pass(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argument_parser(__doc__)
+    parser = bench_parser(__doc__, quick="a short run (a test of the benchmark)")
     add = parser.add_argument
-    add("--triggers", default="0.5,1,2,5", help="trigger intervals in seconds (comma-separated)")
-    add("--seconds", type=float, help="seconds over which the files arrive (20; quick 5)")
-    add("--files", type=int, help="spool files a pass (300; quick 50)")
+    add("--triggers", help="trigger intervals in seconds, comma-separated (0.5,1,2,5; quick 0.5,2)")
+    add("--seconds", type=float, help="seconds over which the files arrive (20; quick 3)")
+    add("--files", type=int, help="spool files a pass (300; quick 30)")
     add("--lines", type=int, default=20, help="lines a file (20: one feed's first document)")
     add("--master", default="local[2]", help="Spark master (default local[2])")
-    add("--quick", action="store_true", help="a short run (a test of the benchmark)")
     args = parser.parse_args(argv)
-    fill_defaults(args, {"seconds": (5.0, 20.0), "files": (50, 300)})
+    fill_defaults(
+        args, {"triggers": ("0.5,2", "0.5,1,2,5"), "seconds": (3.0, 20.0), "files": (30, 300)}
+    )
     args.trigger_list = [float(t) for t in args.triggers.split(",") if t.strip()]
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def measure(args: argparse.Namespace) -> list[Row]:
+    """A session, a warm-up pass, then a row per trigger."""
     work = Path(tempfile.mkdtemp(prefix="roses-trigger-"))
     try:
         spark = build_session(SparkSettings(master=args.master), work / "cache")
         one_pass(spark, work / "warm", args.trigger_list[0], args)
-        rows = [(t, *one_pass(spark, work / f"t{t:g}", t, args)) for t in args.trigger_list]
+        found = [(t, *one_pass(spark, work / f"t{t:g}", t, args)) for t in args.trigger_list]
+        spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("# Spark's trigger: the JVM's CPU while spool files arrive\n")
-    print(machine() + "\n")
-    print(f"{args.files} files of {args.lines} lines over {args.seconds:g} s a pass.\n")
-    print("| trigger s | batches | JVM CPU s | per batch ms | CPU vs the first |")
-    print("|---:|---:|---:|---:|---:|")
-    first = rows[0][2] or 1.0
-    for trigger, batches, used in rows:
-        per = used / max(1, batches) * 1000
-        print(f"| {trigger:g} | {batches} | {used:.1f} | {per:.0f} | {used / first:.2f} |")
+    first = found[0][2] or 1.0
+    return [
+        {"trigger s": trigger, "batches": batches, "JVM CPU s": used,
+         "per batch ms": round(used / max(1, batches) * 1000), "CPU vs the first": used / first}
+        for trigger, batches, used in found
+    ]  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    report(
+        args,
+        "Spark's trigger: the JVM's CPU while spool files arrive",
+        repeated(args, lambda: measure(args)),
+        notes=[f"{args.files} files of {args.lines} lines over {args.seconds:g} s a pass."],
+    )
     return 0
 
 

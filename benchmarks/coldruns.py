@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bench_service import shipped_config
-from benchlib import timed
+from benchlib import Row, fill_defaults, timed
 from scale_workload import config_text, generate_items, generate_subscriptions, spark_settings
 from scale_workload import write_events as write_event_file
 
@@ -44,9 +44,11 @@ def generated(work: Path, args: argparse.Namespace) -> tuple[Path, Path, Path]:
     return config, events, start
 
 
-def cold(work: Path, args: argparse.Namespace, variants: Mapping[str, Variant]) -> list[str]:
-    """The table's rows (``| variant | start | full | net | items/s net | once |``) and
-    a line of ratios, second variant / first."""
+def cold(
+    work: Path, args: argparse.Namespace, variants: Mapping[str, Variant], first_column: str
+) -> tuple[list[Row], str]:
+    """The table's rows (variant, start, full, net, items/s net, once: medians of the
+    rounds) and a line of ratios, second variant / first."""
     config, events, start = generated(work, args)
     env = {**os.environ, "ROSES_CACHE_DIR": str(work / "cache")}
     configs = {mode: make(config) for mode, make in variants.items()}
@@ -57,7 +59,8 @@ def cold(work: Path, args: argparse.Namespace, variants: Mapping[str, Variant]) 
                 "--out", str(out), "--engine", "spark"]  # fmt: skip
 
     first, second = variants
-    timed(replay(first, start), work, env, out)  # writes the class archive
+    if not args.quick:  # a smoke run spares this JVM: its first run writes the archive
+        timed(replay(first, start), work, env, out)  # writes the class archive
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.repeat):
         for mode in variants:
@@ -73,33 +76,38 @@ def cold(work: Path, args: argparse.Namespace, variants: Mapping[str, Variant]) 
                 took = timed(command, shipped, env, shipped / "data")
                 times.setdefault((mode, "once"), []).append(took)
     median = {key: statistics.median(values) for key, values in times.items()}
-    rows = []
+    rows: list[Row] = []
     for mode in variants:
         begin, full = median[mode, "start"], median[mode, "full"]
-        rate = (args.items - 10) / (full - begin)
-        once_cell = f"{median[mode, 'once']:.1f} s" if args.once else "-"
-        rows.append(f"| {mode} | {begin:.1f} s | {full:.1f} s | {full - begin:.1f} s "
-                    f"| {rate:,.0f} | {once_cell} |")  # fmt: skip
+        rate = (args.items - 10) / (full - begin) if full > begin else None
+        rows.append({first_column: mode, "start (10 events) s": begin, "full s": full,
+                     "net s": full - begin, "items/s net": None if rate is None else round(rate),
+                     "once shipped s": median[mode, "once"] if args.once else None})  # fmt: skip
 
     def ratio(name: str) -> float:
         return median[second, name] / median[first, name]
 
     net = [median[mode, "full"] - median[mode, "start"] for mode in (first, second)]
-    line = f"\n{second} / {first}: start {ratio('start'):.2f}x, net {net[1] / net[0]:.2f}x"
-    rows.append(line + (f", once {ratio('once'):.2f}x" if args.once else ""))
-    return rows
+    net_ratio = f"{net[1] / net[0]:.2f}x" if net[0] > 0 else "-"
+    line = f"{second} / {first}: start {ratio('start'):.2f}x, net {net_ratio}"
+    return rows, line + (f", once {ratio('once'):.2f}x" if args.once else "")
 
 
 def add_cold_arguments(parser: argparse.ArgumentParser, items: int) -> None:
-    parser.add_argument("--items", type=int, default=items)
+    """The options of cold runs; --quick: 1,000 items, one round, no run before."""
+    parser.add_argument("--items", type=int, help=f"items (default {items:,}; --quick 1,000)")
     parser.add_argument("--subs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--repeat", type=int, default=2, help="cold rounds (default 2)")
+    parser.add_argument(
+        "--repeat", type=int, help="cold rounds, medians kept (default 2; --quick 1)"
+    )
     parser.add_argument("--once", action="store_true", help="also `roses once` (shipped)")
+    parser.set_defaults(full_items=items)
 
 
-def print_cold(rows: list[str], first_column: str, repeat: int) -> None:
-    print(f"\ncold, medians of {repeat} rounds, each run a fresh process and JVM:\n")
-    print(f"| {first_column} | start (10 events) | full | net | items/s net | once shipped |")
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows))
+def fill_cold_defaults(args: argparse.Namespace) -> None:
+    fill_defaults(args, {"items": (1_000, args.full_items), "repeat": (1, 2)})
+
+
+def cold_title(repeat: int) -> str:
+    return f"Cold runs, medians of {repeat} rounds, each a fresh process and JVM"
