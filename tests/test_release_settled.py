@@ -24,7 +24,7 @@ from strategies import (
     released_chains,
 )
 from test_differential import assert_engines_agree
-from test_lategraph import graph_results
+from test_lower_late import graph_results
 
 from roses_app.algebra.plan.operators import (
     Aggregate,

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import SPARK_EXAMPLES, out_of_order_event_lists, released_join_plans
 from test_differential import assert_engines_agree
-from test_lategraph import graph_results
+from test_lower_late import graph_results
 
 from roses_app.algebra.plan.operators import Node, Stream
 from roses_app.algebra.reference.evaluator import RefInput, evaluate_streams
