@@ -123,7 +123,7 @@ Row = dict[str, Any]
 # the load average when the benchmark started (this module is imported first)
 _START_LOAD = os.getloadavg()[0]
 
-QUICK_HELP = "a tiny configuration that finishes in seconds (a smoke run: its figures mean little)"
+QUICK_HELP = "a tiny configuration that finishes fast (a smoke run: its figures mean little)"
 
 
 def bench_parser(
@@ -267,7 +267,7 @@ def report(
     given, and return the rows.
 
     runs: each run's rows (one run: [rows]); with several, each figure is their median."""
-    printed = []
+    printed: list[dict[str, Any]] = []
     for heading, its_runs in ((title, runs), *sections):
         if not its_runs or not its_runs[0]:
             raise SystemExit(f"{heading}: nothing was measured")
@@ -281,7 +281,8 @@ def report(
     print(f"\n{machine()}", flush=True)
     if getattr(args, "json", None):
         write_json(args.json, printed[0], printed[1:], notes)
-    return printed[0]["rows"]  # type: ignore[no-any-return]
+    first: list[Row] = printed[0]["rows"]
+    return first
 
 
 def _as_json(
