@@ -102,6 +102,36 @@ def test_within_bounds_all_of_a_requests_evaluations() -> None:
 
 
 @pytest.mark.usefixtures("one_second")
+@pytest.mark.parametrize("request_seconds", [None, 0.3])
+def test_the_watchdog_says_whose_limit_stopped_an_evaluation(request_seconds: float | None) -> None:
+    """Code that raises what the watchdog sends as it comes (no expression to name)
+    still tells the item's own limit, a strike against its step, from the end of the
+    request's time, which is no fault of the item."""
+
+    def spin() -> type[BaseException]:
+        outer = budget.arm()
+        try:
+            while True:
+                pass
+        except ItemTimeout as exc:
+            return type(exc)
+        finally:
+            budget.disarm(outer)
+
+    def work() -> type[BaseException]:
+        if request_seconds is None:
+            return spin()
+        with budget.within(request_seconds):
+            return spin()
+
+    stopped = in_thread(work)
+    assert stopped is (ItemTimeout if request_seconds is None else RequestTimeUp)
+    strikes = budget.Strikes()
+    strikes.record(stopped())
+    assert strikes.count == (1 if request_seconds is None else 0)
+
+
+@pytest.mark.usefixtures("one_second")
 def test_the_main_thread_outside_a_batch_is_timed_too() -> None:
     """(``roses query`` and the reference engine evaluate in the main thread without
     the batch's ticking timer.)"""

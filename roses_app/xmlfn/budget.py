@@ -137,8 +137,12 @@ def arm() -> float:
         _evaluation.started = now
         ticking = _state.watching and threading.get_ident() == _MAIN_THREAD
         if not ticking and (seconds is not None or until):
-            deadline = now + seconds if seconds is not None else until
-            WATCHDOG.watch(min(deadline, until) if until else deadline)
+            own = now + seconds if seconds is not None else math.inf
+            # the request's bound first: not the item's fault, so no strike for it
+            if until and until <= own:
+                WATCHDOG.watch(until, RequestTimeUp)
+            else:
+                WATCHDOG.watch(own)
             _evaluation.watched = True
     return outer
 

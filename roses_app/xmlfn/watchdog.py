@@ -41,16 +41,18 @@ class Watchdog:
     def __init__(self, tick: float = TICK_SECONDS) -> None:
         self.tick = tick
         self._lock = threading.Lock()
-        self._deadlines: dict[int, float] = {}  # thread -> monotonic deadline
+        # thread -> monotonic deadline, and what to send it past that
+        self._deadlines: dict[int, tuple[float, type[ItemTimeout]]] = {}
         self._sent: set[int] = set()  # threads sent a stop their evaluation may not have seen
         self._thread: threading.Thread | None = None
         self.stopped = 0  # evaluations stopped (for tests and counts)
 
-    def watch(self, deadline: float) -> None:
-        """This thread's evaluation must end by ``deadline`` (time.monotonic)."""
+    def watch(self, deadline: float, stop: type[ItemTimeout] = ItemTimeout) -> None:
+        """This thread's evaluation must end by ``deadline`` (time.monotonic): past it,
+        ``stop`` is raised there (a subclass says whose limit it was)."""
         me = threading.get_ident()
         with self._lock:
-            self._deadlines[me] = deadline
+            self._deadlines[me] = (deadline, stop)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="xpath-watchdog",
                                                 daemon=True)  # fmt: skip
@@ -73,12 +75,12 @@ class Watchdog:
             time.sleep(self.tick)
             with self._lock:
                 now = time.monotonic()
-                for thread, deadline in list(self._deadlines.items()):
+                for thread, (deadline, stop) in list(self._deadlines.items()):
                     if now > deadline:
                         del self._deadlines[thread]  # once: see the module docstring
                         self._sent.add(thread)
                         self.stopped += 1
-                        _send(thread, ItemTimeout)
+                        _send(thread, stop)
 
     def forget(self) -> None:
         """A forked child starts afresh: no watchdog thread there, and the lock may
