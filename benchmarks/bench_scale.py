@@ -114,6 +114,7 @@ class Run:
     returncode: int | None  # None: killed at the timeout
     stdout: str
     stderr: str
+    peak_pss: int = 0  # the same tree's peak counting each shared page once
 
 
 def run_measured(cmd: Sequence[str], cwd: Path, timeout: float) -> Run:
@@ -121,7 +122,7 @@ def run_measured(cmd: Sequence[str], cwd: Path, timeout: float) -> Run:
     with open(cwd / "stdout.txt", "w+") as out, open(cwd / "stderr.txt", "w+") as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, start_new_session=True)
-        sampler = PeakSampler(proc.pid)
+        sampler = PeakSampler(proc.pid, pss=True)
         sampler.start()
         try:
             code: int | None = proc.wait(timeout=timeout)
@@ -137,7 +138,7 @@ def run_measured(cmd: Sequence[str], cwd: Path, timeout: float) -> Run:
             peak = sampler.stop()
         out.seek(0)
         err.seek(0)
-        return Run(wall, peak, code, out.read(), err.read())
+        return Run(wall, peak, code, out.read(), err.read(), sampler.peak_pss)
 
 
 # -- baselines (run as `bench_scale.py --worker naive|lxml ...` in a subprocess) ------
@@ -237,6 +238,7 @@ class Row:
     matches: int | None = None
     note: str = ""
     events: int | None = None  # replays: every output line, the split stream's included
+    peak_pss: int | None = None  # replays: the tree's peak PSS (shared pages once)
 
 
 @dataclass
@@ -330,6 +332,7 @@ def measure_replay(
     matches = count_lines(out.glob("s*.jsonl"))
     row = Row(n, label, items, seconds, run.wall, run.peak_rss, matches)
     row.events = count_lines(out.rglob("*.jsonl"))
+    row.peak_pss = run.peak_pss or None
     if attempt > 1:
         shutil.rmtree(out)
     return row
@@ -625,6 +628,7 @@ def table_rows(rows: Sequence[Row]) -> list[dict[str, Any]]:
             "wall s": r.wall, "items/s": None if rate is None else round(rate),
             "pairs/s": None if pairs is None else round(pairs),
             "peak RSS MB": round(r.peak_rss / 2**20) if r.peak_rss else None,
+            "peak PSS MB": round(r.peak_pss / 2**20) if r.peak_pss else None,
             "matches": r.matches, "note": r.note,
         })  # fmt: skip
     return out
@@ -713,8 +717,12 @@ def _under(row: Row | None, limit: float, what: str = "s") -> str:
     if row is None or row.seconds is None:
         return "not measured"
     if what == "GB":
+        # PSS: forked Python workers' RSS counts their parent's pages again
         peak = (row.peak_rss or 0) / 2**30
-        return f"{peak:.2f} GB: {_verdict(peak <= limit)}"
+        if not row.peak_pss:
+            return f"{peak:.2f} GB (RSS summed): {_verdict(peak <= limit)}"
+        pss = row.peak_pss / 2**30
+        return f"{pss:.2f} GB (PSS; RSS summed {peak:.2f} GB): {_verdict(pss <= limit)}"
     return f"{row.seconds:.1f}s: {_verdict(row.seconds <= limit)}"
 
 

@@ -62,7 +62,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -482,7 +482,8 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
     spool = spooled(data) if data.exists() else {}
     working = {f.index for f in farm.feeds if not f.broken}
     items = [(g, t) for i, g, t in farm.published(run.end) if i in working]
-    eligible = [g for g, t in items if t <= run.end - settle]
+    counted = [(g, t) for g, t in items if t <= run.end - settle]
+    eligible = [g for g, _ in counted]
     captured = sum(1 for g in eligible if g in spool)
     start = run.first_poll or run.end
     fresh = [spool[g] / 1e6 - t for g, t in items if g in spool and t >= start]
@@ -493,6 +494,8 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
     warm_fresh = [spool[g] / 1e6 - t for g, t in items if g in spool and t >= round_end]
     run.losers = losers(farm, [g for g in warm if g not in spool], run.end)
     return {
+        "lost": len(eligible) - captured,
+        "lost_unpolled": sum(1 for _ in lost_before_first_poll(farm, counted, spool)),
         "round_s": round_end - start,
         "warm_eligible": len(warm),
         "warm_complete": 100.0 * sum(1 for g in warm if g in spool) / len(warm) if warm else None,
@@ -507,6 +510,19 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
         "fresh_p50": percentile(fresh, 50) if fresh else None,
         "fresh_p99": percentile(fresh, 99) if fresh else None,
     }
+
+
+def lost_before_first_poll(
+    farm: FeedFarm, items: Sequence[tuple[str, float]], spool: Mapping[str, int]
+) -> Iterator[str]:
+    """The items not captured that their feed published before its first request: out
+    of reach of a poller that had not polled the feed yet, if pushed out by then."""
+    for guid, published in items:
+        if guid in spool:
+            continue
+        requests = farm.feeds[int(guid[1:].partition("-")[0])].requests
+        if not requests or published < requests[0]:
+            yield guid
 
 
 def losers(farm: FeedFarm, lost: Sequence[str], end: float, top: int = 5) -> list[str]:
@@ -583,7 +599,9 @@ def details(run: Run) -> list[str]:
         f"{fmt(f.get('spooled'), ',.0f')} spooled; completeness "
         f"{fmt(f.get('captured'), ',.0f')} / {fmt(f.get('eligible'), ',.0f')} = "
         f"{fmt(f.get('complete'), '.1f')}% (published > {fmt(f.get('settle'), '.0f')} s "
-        f"before the end); freshness p50/p99 {pair(f.get('fresh_p50'), f.get('fresh_p99'))} s "
+        f"before the end; of the {fmt(f.get('lost'), ',.0f')} lost, "
+        f"{fmt(f.get('lost_unpolled'), ',.0f')} published before their feed's first poll); "
+        f"freshness p50/p99 {pair(f.get('fresh_p50'), f.get('fresh_p99'))} s "
         f"over {fmt(f.get('fresh_n'), ',.0f')}; polls per item {fmt(f.get('polls_per_item'))}",
         f"- warm, after the first round ({fmt(f.get('round_s'), '.0f')} s from the first "
         f"poll): completeness {fmt(f.get('warm_complete'), '.2f')}% of "

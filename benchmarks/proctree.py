@@ -129,13 +129,19 @@ class PeakSampler(threading.Thread):
 
     peak: the highest sum over the whole tree.  With `kind` (pid -> a label, "" for a
     process to leave out), also peaks[label]: the highest sum over the processes of
-    that label.  start() and stop(), or a `with` block."""
+    that label.  With `pss`, also peak_pss: the highest sum of the tree's PSS (each
+    shared page counted once).  start() and stop(), or a `with` block."""
 
     def __init__(
-        self, root: int, every: float = 0.2, kind: Callable[[int], str] | None = None
+        self,
+        root: int,
+        every: float = 0.2,
+        kind: Callable[[int], str] | None = None,
+        pss: bool = False,
     ) -> None:
         super().__init__(daemon=True)
         self.root, self.every, self.kind, self.peak = root, every, kind, 0
+        self.pss, self.peak_pss = pss, 0
         self.peaks: dict[str, int] = {}
         self._stop_event = threading.Event()
 
@@ -146,11 +152,14 @@ class PeakSampler(threading.Thread):
 
     def sample(self) -> None:
         now: dict[str, int] = {}
+        pss = 0
         for pid in tree_pids(self.root):
             label = self.kind(pid) if self.kind is not None else "all"
             if label:
                 now[label] = now.get(label, 0) + rss_bytes(pid)
+                pss += pss_bytes(pid) if self.pss else 0
         self.peak = max(self.peak, sum(now.values()))
+        self.peak_pss = max(self.peak_pss, pss)
         for label, value in now.items():
             self.peaks[label] = max(self.peaks.get(label, 0), value)
 
