@@ -4,7 +4,8 @@ Only the main thread runs signal handlers, so :mod:`roses_app.xmlfn.budget`'s SI
 cannot stop an expression evaluated by a thread of the daemon's server (a pull query,
 the console's preview).  :class:`Watchdog` keeps each such evaluation's deadline; a
 thread of its own looks at them a few times a second and sends
-:class:`~roses_app.errors.ItemTimeout` to the thread of one past its deadline
+:class:`~roses_app.errors.ItemTimeout` (or :class:`~roses_app.errors.RequestTimeUp`, when
+the deadline was the whole request's) to the thread of one past its deadline
 (CPython's ``PyThreadState_SetAsyncExc``: raised at that thread's next bytecode, as a
 signal handler's exception would be).
 
