@@ -230,11 +230,13 @@ class LateJoin:
 
     def _keep(self, arrival: Arrival, keys: tuple[str, ...]) -> None:
         side = arrival.key or LEFT
+        # the index before the item is added: built after, it would hold the item
+        # already, and the item would meet every later partner twice
+        index = self._side_index(side) if self.keyed else {}
         self.kept[side].append(arrival)
         if self.keyed:
             self.keys[side].append(keys)
-            index = self._side_index(side)
-            for key in keys:
+            for key in dict.fromkeys(keys):  # a key the item has twice: indexed once
                 index.setdefault(key, []).append(len(self.kept[side]) - 1)
 
     def _side_index(self, side: str) -> dict[str, list[int]]:
@@ -243,7 +245,7 @@ class LateJoin:
         if index is None:
             index = self._index[side] = {}
             for n, keys in enumerate(self.keys[side]):
-                for key in keys:
+                for key in dict.fromkeys(keys):
                     index.setdefault(key, []).append(n)
         return index
 
