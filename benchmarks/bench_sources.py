@@ -512,6 +512,11 @@ def item_figures(farm: FeedFarm, run: Run, data: Path, settle: float) -> dict[st
     }
 
 
+def feed_of(guid: str) -> int:
+    """The index of the farm feed that published ``guid`` (``f{index}-...``)."""
+    return int(guid[1:].partition("-")[0])
+
+
 def lost_before_first_poll(
     farm: FeedFarm, items: Sequence[tuple[str, float]], spool: Mapping[str, int]
 ) -> Iterator[str]:
@@ -520,7 +525,7 @@ def lost_before_first_poll(
     for guid, published in items:
         if guid in spool:
             continue
-        requests = farm.feeds[int(guid[1:].partition("-")[0])].requests
+        requests = farm.feeds[feed_of(guid)].requests
         if not requests or published < requests[0]:
             yield guid
 
@@ -530,7 +535,7 @@ def losers(farm: FeedFarm, lost: Sequence[str], end: float, top: int = 5) -> lis
     their longest gap (why an item was lost: a document filled up between two polls)."""
     by_feed: dict[int, int] = defaultdict(int)
     for guid in lost:
-        by_feed[int(guid[1:].partition("-")[0])] += 1
+        by_feed[feed_of(guid)] += 1
     out = []
     for index, count in sorted(by_feed.items(), key=lambda kv: -kv[1])[:top]:
         feed = farm.feeds[index]
