@@ -275,6 +275,26 @@ def test_hourly_chart():
     assert len(bars) == 2 and "7 in all, at most 5 an hour" in svg
 
 
+@pytest.mark.parametrize("hours_into_the_day", [0, 1, 2, 6, 12, 23])
+def test_every_date_label_stays_inside_the_chart(hours_into_the_day: int):
+    """The newest day's label, its day begun an hour or two ago, sits left of its line
+    rather than past the chart's right edge (a phone showed it past the screen)."""
+    from roses_app.publish.console.chart import LABEL_WIDTH, WIDTH
+
+    now = 1_699_920_000.0 + hours_into_the_day * 3600 + 60  # 2023-11-14 00:00 UTC + h
+    root = ElementTree.fromstring(hourly_svg({}, now))
+    labels = [
+        t for t in root.iter(f"{SVG}text") if re.fullmatch(r"[A-Z][a-z]{2} \d\d", t.text or "")
+    ]
+    assert len(labels) == 7
+    for label in labels:
+        x = float(label.get("x", "0"))
+        if label.get("text-anchor") == "end":
+            assert x - LABEL_WIDTH >= 0, label.text
+        else:
+            assert x + LABEL_WIDTH <= WIDTH, label.text
+
+
 def test_a_subscription_in_the_editor(tmp_path: Path):
     config = write_config(tmp_path)
     line = {"name": "ice", "from": "guardian", "where": "contains(title, 'ice')", "publish": True}

@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape, quoteattr
 DAYS = 7
 HOUR = 3600.0
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 40, 22, 10
+LABEL_WIDTH = 40  # a date label ("Dec 08") at font-size 11, with room to spare
 
 
 def hourly_svg(counts: Mapping[float, int], now: float, days: int = DAYS) -> str:
@@ -40,9 +41,12 @@ def hourly_svg(counts: Mapping[float, int], now: float, days: int = DAYS) -> str
         x = LEFT + n * step
         if start % 86400.0 == 0:
             day = datetime.fromtimestamp(start, tz=UTC).strftime("%b %d")
+            # a day begun a few hours ago: its label left of its line, inside the chart
+            late = x + 2 + LABEL_WIDTH > WIDTH
+            label = f'x="{x - 2:.1f}" text-anchor="end"' if late else f'x="{x + 2:.1f}"'
             parts.append(
                 f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + plot_h}" stroke="#ddd"/>'
-                f'<text x="{x + 2:.1f}" y="{HEIGHT - 6}" fill="#555">{day}</text>'
+                f'<text {label} y="{HEIGHT - 6}" fill="#555">{day}</text>'
             )
         if value:
             tall = max(1.0, plot_h * value / most)
